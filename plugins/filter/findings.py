@@ -1,0 +1,112 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+name: finding
+short_description: Make a finding from the codes catalogue
+version_added: "0.1.0"
+description:
+  - Turns a code, a subject and a message into a finding dict (code, severity, subject, message, fix),
+    taking severity and fix from the one catalogue in plugins/module_utils/codes.py.
+  - The same file provides C(finding_lines) (one line per finding, for display) and C(findings_table)
+    (the fleet table, hosts by findings).
+options:
+  _input:
+    description: The code, for example V(E_VENV).
+    type: str
+    required: true
+  subject:
+    description: What the finding is about (a GPU, a pair, a path, a port).
+    type: str
+    required: true
+  message:
+    description: What is wrong, naming the host's thing.
+    type: str
+    required: true
+author:
+  - gpuserve.llm contributors
+"""
+
+EXAMPLES = r"""
+- name: A finding made in a task
+  ansible.builtin.set_fact:
+    venv_finding: "{{ 'E_VENV' | gpuserve.llm.finding('/opt/gpuserve/venv', 'python3 -m venv failed') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The finding.
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import CODES, ERROR, WARNING, finding
+
+SEVERITY_ORDER = {ERROR: 0, WARNING: 1}
+
+
+def make_finding(code, subject, message):
+    if code not in CODES:
+        raise AnsibleFilterError("unknown finding code %s" % code)
+    return finding(code, subject, message)
+
+
+def finding_lines(findings, host=None):
+    """One readable line per finding, errors first: CODE [severity] host subject: message. Fix: ..."""
+    lines = []
+    for f in sorted(findings or [], key=lambda f: (SEVERITY_ORDER.get(f["severity"], 2), f["code"], f["subject"])):
+        where = "%s %s" % (host, f["subject"]) if host else f["subject"]
+        lines.append("%s [%s] %s: %s. Fix: %s" % (f["code"], f["severity"], where, f["message"], f["fix"]))
+    return lines
+
+
+def _status(findings, reached):
+    if not reached:
+        return "NOT RUN"
+    severities = {f["severity"] for f in findings}
+    return "ERROR" if ERROR in severities else "WARN" if WARNING in severities else "OK"
+
+
+def findings_table(report):
+    """The fleet table: one row per host with its status and codes (counts when a code repeats)."""
+    rows = [("host", "status", "findings")]
+    for host in sorted(report):
+        entry = report[host]
+        counts = {}
+        for f in entry.get("findings", []):
+            counts[f["code"]] = counts.get(f["code"], 0) + 1
+        codes = ", ".join("%s%s" % (c, " x%d" % n if n > 1 else "") for c, n in sorted(
+            counts.items(), key=lambda kv: (not kv[0].startswith("E_"), kv[0])))
+        rows.append((host, _status(entry.get("findings", []), entry.get("reached", True)), codes or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in rows]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return out
+
+
+def p2p_matrix(pairs):
+    """Peer access as a grid, rows = from, columns = to: OK, NO (not OK), ? (NVML could not answer)."""
+    mark = {"ok": "OK", "not_ok": "NO", "unknown": "?"}
+    cells = dict(((p["from"], p["to"]), mark.get(p["peer_access"], "?")) for p in pairs or [])
+    gpus = sorted(set(a for a, _ in cells) | set(b for _, b in cells))
+    lines = ["%-8s " % "from\\to" + " ".join("%-6s" % ("GPU%d" % g) for g in gpus)]
+    for a in gpus:
+        lines.append("%-8s " % ("GPU%d" % a) + " ".join("%-6s" % ("X" if a == b else cells.get((a, b), "-")) for b in gpus))
+    return [line.rstrip() for line in lines]
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "finding": make_finding,
+            "finding_lines": finding_lines,
+            "findings_table": findings_table,
+            "p2p_matrix": p2p_matrix,
+        }

@@ -1,0 +1,148 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+"""The one catalogue of finding codes.
+
+Every failure or warning the collection reports carries a code from CODES. The README's
+codes table is rendered from this file (scripts/codes_table.py) and a unit test keeps the
+two equal.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+ERROR = "error"
+WARNING = "warning"
+INFO = "info"
+
+# code: (severity, when it is reported, what to do)
+CODES = {
+    "E_CONFIG": (
+        ERROR, "a setting has a wrong type or value",
+        "Correct the named variable in extra-vars, host_vars or group_vars; the message says what is allowed."),
+    "E_UNSUPPORTED": (
+        ERROR, "the engine or model cannot do a setting",
+        "Change the named setting, or choose the engine the message names as the alternative."),
+    "E_CONTEXT": (
+        ERROR, "llm_context is beyond the model's window",
+        "Lower llm_context to at most llm_model_max_context, or serve a model with a longer window."),
+    "E_VENV": (
+        ERROR, "the collection's Python virtualenv could not be made or filled on the host",
+        "Install python3-venv (Debian/Ubuntu) on the host, or give host_venv_wheelhouse for a host without PyPI."),
+    "E_NVML": (
+        ERROR, "NVML or the NVIDIA driver cannot be loaded",
+        "Install or repair the NVIDIA driver (nvidia-smi must work), then rerun."),
+    "E_GPU_COUNT": (
+        ERROR, "fewer GPUs than llm_gpus names (none at all included)",
+        "Set llm_gpus to indices the host has, or check that every GPU is visible to the driver (nvidia-smi -L)."),
+    "E_GPU_ARCH": (
+        ERROR, "compute capability below 8.9",
+        "Use GPUs of compute capability 8.9 or newer (Ada, Hopper, Blackwell) for this engine profile."),
+    "E_DRIVER_CUDA": (
+        ERROR, "the driver is too old for the image's CUDA",
+        "Upgrade the NVIDIA driver to one that supports the image's CUDA version, or pin an image built for an older CUDA."),
+    "E_GPU_HEALTH": (
+        ERROR, "ECC errors, pending row remaps or retired pages above threshold",
+        "Drain the GPU and reset it in a maintenance window (pending remaps need a reset); replace it if errors persist."),
+    "E_MIG": (
+        ERROR, "MIG mode on",
+        "Turn MIG off on the named GPU (nvidia-smi -i N -mig 0, then reset the GPU) in a maintenance window."),
+    "E_GPU_MEMORY": (
+        ERROR, "less than preflight_min_free_mib free on a GPU",
+        "Free memory on the named GPU (stop the work holding it) or lower preflight_min_free_mib knowingly."),
+    "E_GPU_BUSY": (
+        ERROR, "another process on a GPU (pids, MiB)",
+        "Stop the named processes, or choose other GPUs in llm_gpus."),
+    "E_P2P": (
+        ERROR, "NVML reports peer access not OK between a pair",
+        "Check the driver, the PCIe topology, ACS and IOMMU settings; every GPU pair must support peer access."),
+    "E_ACS": (
+        ERROR, "ACS redirect on a PCIe bridge between GPUs",
+        "Disable ACS on the named bridge (BIOS, or setpci at boot) so peer traffic is not redirected through the root."),
+    "E_DOCKER": (
+        ERROR, "the Docker daemon does not answer",
+        "Start the Docker daemon (systemctl start docker) and check that /var/run/docker.sock answers."),
+    "E_NVIDIA_RUNTIME": (
+        ERROR, "no NVIDIA container runtime in the daemon",
+        "Install the NVIDIA Container Toolkit and run nvidia-ctk runtime configure --runtime=docker, then restart Docker."),
+    "E_DOCKER_GROUP": (
+        ERROR, "the connecting user is not in the docker group",
+        "Add the user to the docker group (usermod -aG docker USER) and log in again."),
+    "E_PORT_BUSY": (
+        ERROR, "the API port is taken",
+        "Stop what listens on the port, or choose another llm_port."),
+    "E_DISK": (
+        ERROR, "the disk budget does not fit (figures per filesystem)",
+        "Free space on the named filesystem or move the cache paths to one with room."),
+    "E_IMAGE": (
+        ERROR, "the engine image could not be pulled",
+        "Check the image reference and digest and that the host reaches the registry, or load the image from the workstation."),
+    "E_PATCH": (
+        ERROR, "a patch of the series does not apply (named)",
+        "Rebase the named patch onto the pinned commit, or pin the commit the series was written for."),
+    "E_BUILD": (
+        ERROR, "the engine build failed (log end)",
+        "Read the end of the build log shown and the full log on the host; fix the cause and rerun the image stage."),
+    "E_AUTH": (
+        ERROR, "the Hugging Face token is missing or refused",
+        "Put a valid token in Ansible Vault (llm_hf_token) and accept the model's licence on the hub."),
+    "E_DOWNLOAD": (
+        ERROR, "a weights transfer failed",
+        "Check the host's route to the hub or mirror and rerun; finished files are kept and the download resumes."),
+    "E_CHECKSUM": (
+        ERROR, "a downloaded file's hash is wrong (named)",
+        "Delete the named file from the cache and rerun the weights stage; check the mirror if it repeats."),
+    "E_AUTOTUNE": (
+        ERROR, "tuning failed or incomplete; nothing marked ready",
+        "Read the log end shown, leave the GPUs idle and rerun with --tags autotune."),
+    "E_HEALTH": (
+        ERROR, "the engine did not become healthy in time (log end)",
+        "Read the log end shown (docker logs on the host); fix the cause or raise the health timeout."),
+    "E_SMOKE": (
+        ERROR, "the smoke request failed",
+        "Read the reply shown; check the served model name, API key and the engine log."),
+    "W_POWER": (
+        WARNING, "enforced power limit differs from preflight_expected_power_w; never changed",
+        "Results may differ from the recipe's; set the limit yourself if you mean to, or set preflight_expected_power_w."),
+    "W_PCIE_LINK": (
+        WARNING, "link generation or width below the GPU's maximum",
+        "Check the slot, riser and BIOS link settings; an idle GPU may train down, so recheck under load."),
+    "W_IOMMU": (
+        WARNING, "IOMMU in translated (DMA) mode rather than passthrough",
+        "Boot with iommu=pt (or turn the IOMMU off) so peer-to-peer traffic is not translated."),
+    "W_P2P_UNKNOWN": (
+        WARNING, "NVML could not answer a peer-access query for a pair",
+        "Check peer access another way (nvidia-smi topo -p2p rw, or a CUDA copy between the pair)."),
+    "W_TOOL_MISSING": (
+        WARNING, "a check could not run because the host lacks a tool (named)",
+        "Install the named tool on the host to have the check run."),
+    "W_NO_AUTH": (
+        WARNING, "the API is bound beyond loopback without an API key",
+        "Set llm_api_key (from Ansible Vault) or bind llm_host to 127.0.0.1."),
+    "W_UNKNOWN_SETTING": (
+        WARNING, "an llm_ variable the collection does not know (a typo?)",
+        "Check the variable's spelling against the README's settings table."),
+    "I_GPU_CHECKS_SKIPPED": (
+        INFO, "the profile uses no GPUs (llm_gpus is empty), so the GPU checks did not run",
+        "Nothing to do for a CPU profile; set llm_gpus to a list of GPU indices to run them."),
+}
+
+
+def severity(code):
+    return CODES[code][0]
+
+
+def finding(code, subject, message, **details):
+    """One finding as data: the role decides what stops a host."""
+    if code not in CODES:
+        raise KeyError("unknown finding code %s: add it to plugins/module_utils/codes.py" % code)
+    sev, _when, fix = CODES[code]
+    result = {"code": code, "severity": sev, "subject": subject, "message": message, "fix": fix}
+    if details:
+        result["details"] = details
+    return result
+
+
+def has_errors(findings):
+    return any(f["severity"] == ERROR for f in findings)

@@ -1,0 +1,335 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+"""GPU preflight checks through NVML (nvidia-ml-py), as findings and facts.
+
+`run_checks(nvml, params)` takes the imported `pynvml` module, so the same code reads a real
+driver or the test double that replays recorded readings. Every NVML call goes through
+`_call`, which turns any exception (NVMLError, a ctypes ArgumentError from the binding, a
+function the installed binding lacks) into an error string: no NVML call becomes a traceback.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
+
+MIB = 1024 * 1024
+
+# Peer-access capability indices of nvmlGpuP2PCapsIndex_t. Passed as plain ints: in
+# nvidia-ml-py 13.610.43 NVML_P2P_CAPS_INDEX_READ is the tuple (0,) (a stray comma),
+# which ctypes cannot convert.
+P2P_CAPS = (("read", 0), ("write", 1), ("nvlink", 2), ("atomics", 3), ("pci", 4))
+# Peer access for CUDA means reads and writes both ways; the rest are recorded as facts.
+P2P_REQUIRED = ("read", "write")
+P2P_STATUS = {
+    0: "OK",
+    1: "CHIPSET_NOT_SUPPORTED",
+    2: "GPU_NOT_SUPPORTED",
+    3: "IOH_TOPOLOGY_NOT_SUPPORTED",
+    4: "DISABLED_BY_REGKEY",
+    5: "NOT_SUPPORTED",
+    6: "UNKNOWN",
+}
+TOPOLOGY = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
+
+MEMORY_ERROR_TYPE_UNCORRECTED = 1
+VOLATILE_ECC = 0
+RETIRE_CAUSE_SINGLE_BIT = 0
+RETIRE_CAUSE_DOUBLE_BIT = 1
+
+
+class _Calls:
+    """Guarded NVML calls; remembers which ones could not answer."""
+
+    def __init__(self, nvml):
+        self.nvml = nvml
+        self.unanswered = []
+
+    def __call__(self, name, *args, **kwargs):
+        fn = getattr(self.nvml, name, None)
+        try:
+            if fn is None:
+                raise AttributeError("the installed nvidia-ml-py has no %s" % name)
+            return fn(*args), None
+        except Exception as e:  # NVMLError, ctypes.ArgumentError, anything a binding raises
+            err = "%s: %s" % (type(e).__name__, e)
+            if kwargs.get("record", True):
+                self.unanswered.append({"call": name, "error": err})
+            return None, err
+
+
+def _text(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def cuda_version_int(text):
+    """'12.8' -> 12080, the form nvmlSystemGetCudaDriverVersion returns."""
+    major, _, minor = str(text).partition(".")
+    return int(major) * 1000 + int(minor or 0) * 10
+
+
+def cuda_version_text(value):
+    return "%d.%d" % (value // 1000, (value % 1000) // 10)
+
+
+def _pids_in_containers(pids, container_ids, proc_root):
+    """The pids whose cgroup names one of the given container ids (our own engine)."""
+    ours = set()
+    if not container_ids:
+        return ours
+    for pid in pids:
+        try:
+            with open(os.path.join(proc_root, str(pid), "cgroup")) as f:
+                cgroup = f.read()
+        except (IOError, OSError):
+            continue
+        if any(cid and cid in cgroup for cid in container_ids):
+            ours.add(pid)
+    return ours
+
+
+def _processes(call, handle):
+    procs = {}
+    for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        listed, err = call(fn, handle)
+        if err:
+            continue
+        for p in listed or []:
+            pid = getattr(p, "pid", None)
+            used = getattr(p, "usedGpuMemory", None)
+            # NVML_VALUE_NOT_AVAILABLE comes back as None or as a huge unsigned value.
+            mib = int(used // MIB) if isinstance(used, int) and used < (1 << 62) else None
+            if pid not in procs or (mib or 0) > (procs[pid] or 0):
+                procs[pid] = mib
+    return [{"pid": pid, "used_mib": mib} for pid, mib in sorted(procs.items())]
+
+
+def _device_facts(call, index):
+    handle, err = call("nvmlDeviceGetHandleByIndex", index)
+    if err:
+        return None, err
+    gpu = {"index": index}
+    gpu["name"] = _text(call("nvmlDeviceGetName", handle)[0])
+    gpu["uuid"] = _text(call("nvmlDeviceGetUUID", handle)[0])
+    pci, _ = call("nvmlDeviceGetPciInfo", handle)
+    gpu["pci_bus_id"] = _text(getattr(pci, "busId", None)) if pci is not None else None
+    mem, _ = call("nvmlDeviceGetMemoryInfo", handle)
+    if mem is not None:
+        gpu["memory_total_mib"] = int(mem.total // MIB)
+        gpu["memory_free_mib"] = int(mem.free // MIB)
+        gpu["memory_used_mib"] = int(mem.used // MIB)
+    cc, _ = call("nvmlDeviceGetCudaComputeCapability", handle)
+    gpu["compute_capability"] = "%d.%d" % tuple(cc) if cc else None
+    enforced, _ = call("nvmlDeviceGetEnforcedPowerLimit", handle)
+    gpu["power_limit_w"] = enforced / 1000.0 if enforced is not None else None
+    default, _ = call("nvmlDeviceGetPowerManagementDefaultLimit", handle)
+    gpu["power_default_w"] = default / 1000.0 if default is not None else None
+    constraints, _ = call("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+    gpu["power_range_w"] = [c / 1000.0 for c in constraints] if constraints else None
+    mig, _ = call("nvmlDeviceGetMigMode", handle)
+    gpu["mig_mode"] = {"current": mig[0], "pending": mig[1]} if mig else None
+    for key, fn in (("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
+                    ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
+                    ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth"),
+                    ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth")):
+        gpu[key] = call(fn, handle)[0]
+    ecc, _ = call("nvmlDeviceGetEccMode", handle)
+    gpu["ecc_mode"] = {"current": ecc[0], "pending": ecc[1]} if ecc else None
+    gpu["ecc_uncorrected_volatile"] = call(
+        "nvmlDeviceGetTotalEccErrors", handle, MEMORY_ERROR_TYPE_UNCORRECTED, VOLATILE_ECC)[0]
+    rows, _ = call("nvmlDeviceGetRemappedRows", handle)
+    gpu["remapped_rows"] = (dict(zip(("correctable", "uncorrectable", "pending", "failure"), rows))
+                            if rows else None)
+    retired = {}
+    for key, cause in (("single_bit", RETIRE_CAUSE_SINGLE_BIT), ("double_bit", RETIRE_CAUSE_DOUBLE_BIT)):
+        pages, perr = call("nvmlDeviceGetRetiredPages", handle, cause)
+        if not perr:
+            retired[key] = len(pages or [])
+    pending, perr = call("nvmlDeviceGetRetiredPagesPendingStatus", handle)
+    if not perr:
+        retired["pending"] = int(pending)
+    gpu["retired_pages"] = retired or None
+    gpu["temperature_c"] = call("nvmlDeviceGetTemperature", handle, 0)[0]
+    gpu["processes"] = _processes(call, handle)
+    return (gpu, handle), None
+
+
+def _p2p(call, handles, a, b):
+    pair = {"pair": "%d-%d" % (a, b), "from": a, "to": b, "caps": {}}
+    for name, index in P2P_CAPS:
+        status, err = call("nvmlDeviceGetP2PStatus", handles[a], handles[b], index, record=False)
+        pair["caps"][name] = {"error": err} if err else P2P_STATUS.get(status, "STATUS_%s" % status)
+    topo, err = call("nvmlDeviceGetTopologyCommonAncestor", handles[a], handles[b], record=False)
+    # Recorded, never judged: NVML said HOSTBRIDGE for an NVLink pair on a real host.
+    pair["topology"] = TOPOLOGY.get(topo, topo) if not err else None
+    required = [pair["caps"][c] for c in P2P_REQUIRED]
+    if any(isinstance(s, str) and s != "OK" for s in required):
+        pair["peer_access"] = "not_ok"
+    elif any(s == "OK" for s in required):
+        pair["peer_access"] = "ok"
+    else:
+        pair["peer_access"] = "unknown"
+    return pair
+
+
+def run_checks(nvml, gpus, min_free_mib, expected_power_w, min_compute_capability="8.9",
+               min_cuda_version=None, max_ecc_uncorrected=0, max_retired_pages=0,
+               own_container_ids=(), proc_root="/proc"):
+    """Return (facts, findings) for the GPUs named by `gpus` (NVML indices)."""
+    findings = []
+    facts = {"gpus": [], "p2p": [], "nvml_unanswered": []}
+    call = _Calls(nvml)
+
+    _, err = call("nvmlInit")
+    if err:
+        findings.append(finding(
+            "E_NVML", "nvml", "NVML could not be initialised: %s" % err, error=err))
+        return facts, findings
+    try:
+        facts["driver_version"] = _text(call("nvmlSystemGetDriverVersion")[0])
+        facts["nvml_version"] = _text(call("nvmlSystemGetNVMLVersion")[0])
+        cuda, _ = call("nvmlSystemGetCudaDriverVersion_v2")
+        if cuda is None:
+            cuda, _ = call("nvmlSystemGetCudaDriverVersion")
+        facts["cuda_driver_version"] = cuda_version_text(cuda) if cuda else None
+        count, err = call("nvmlDeviceGetCount")
+        if err:
+            findings.append(finding("E_NVML", "nvml", "NVML could not count the GPUs: %s" % err, error=err))
+            return facts, findings
+        facts["count"] = count
+
+        if min_cuda_version and cuda:
+            needed = cuda_version_int(min_cuda_version)
+            if cuda < needed:
+                findings.append(finding(
+                    "E_DRIVER_CUDA", "driver %s" % facts["driver_version"],
+                    "driver %s supports CUDA up to %s; the engine image needs CUDA %s"
+                    % (facts["driver_version"], cuda_version_text(cuda), min_cuda_version),
+                    driver_cuda=cuda_version_text(cuda), image_cuda=str(min_cuda_version)))
+
+        missing = [i for i in gpus if i < 0 or i >= count]
+        if count == 0 or missing:
+            findings.append(finding(
+                "E_GPU_COUNT", "gpus %s" % ",".join(str(i) for i in (missing or gpus)),
+                "llm_gpus names %s but the driver sees %d GPU(s)%s"
+                % (list(gpus), count, " (no GPU index %s)" % ",".join(str(i) for i in missing) if missing else ""),
+                visible=count, wanted=list(gpus)))
+
+        handles = {}
+        for index in range(count):
+            got, err = _device_facts(call, index)
+            if err:
+                findings.append(finding("E_NVML", "GPU %d" % index,
+                                        "NVML could not open GPU %d: %s" % (index, err), error=err))
+                continue
+            gpu, handle = got
+            gpu["selected"] = index in gpus
+            facts["gpus"].append(gpu)
+            handles[index] = handle
+            if gpu["selected"]:
+                findings.extend(_gpu_findings(gpu, min_free_mib, expected_power_w, min_compute_capability,
+                                              max_ecc_uncorrected, max_retired_pages,
+                                              own_container_ids, proc_root))
+
+        selected = [i for i in gpus if i in handles]
+        for a in selected:
+            for b in selected:
+                if a == b:
+                    continue
+                pair = _p2p(call, handles, a, b)
+                facts["p2p"].append(pair)
+                findings.extend(_p2p_findings(pair))
+    finally:
+        call("nvmlShutdown", record=False)
+    facts["nvml_unanswered"] = call.unanswered
+    return facts, findings
+
+
+def _gpu_findings(gpu, min_free_mib, expected_power_w, min_cc, max_ecc, max_retired,
+                  own_container_ids, proc_root):
+    out = []
+    i = gpu["index"]
+    subject = "GPU %d" % i
+    label = "GPU %d (%s, %s)" % (i, gpu.get("name"), gpu.get("pci_bus_id"))
+
+    cc = gpu.get("compute_capability")
+    if cc and tuple(int(x) for x in cc.split(".")) < tuple(int(x) for x in str(min_cc).split(".")):
+        out.append(finding("E_GPU_ARCH", subject, "%s has compute capability %s; at least %s is needed"
+                           % (label, cc, min_cc), compute_capability=cc, minimum=str(min_cc)))
+
+    mig = gpu.get("mig_mode") or {}
+    if mig.get("current") or mig.get("pending"):
+        out.append(finding("E_MIG", subject, "%s has MIG mode on (current %s, pending %s)"
+                           % (label, mig.get("current"), mig.get("pending")), mig_mode=mig))
+
+    ecc = gpu.get("ecc_uncorrected_volatile")
+    if ecc is not None and ecc > max_ecc:
+        out.append(finding("E_GPU_HEALTH", subject, "%s has %d uncorrected ECC errors since the last reset "
+                           "(threshold %d)" % (label, ecc, max_ecc), ecc_uncorrected_volatile=ecc))
+    rows = gpu.get("remapped_rows") or {}
+    if rows.get("pending") or rows.get("failure"):
+        out.append(finding("E_GPU_HEALTH", subject, "%s has row remapping %s" % (
+            label, "failed" if rows.get("failure") else "pending (a reset applies it)"), remapped_rows=rows))
+    retired = gpu.get("retired_pages") or {}
+    retired_total = retired.get("single_bit", 0) + retired.get("double_bit", 0)
+    if retired.get("pending") or retired_total > max_retired:
+        out.append(finding("E_GPU_HEALTH", subject, "%s has %d retired pages (threshold %d)%s" % (
+            label, retired_total, max_retired, ", a retirement pending" if retired.get("pending") else ""),
+            retired_pages=retired))
+
+    procs = gpu.get("processes") or []
+    ours = _pids_in_containers([p["pid"] for p in procs], own_container_ids, proc_root)
+    others = [p for p in procs if p["pid"] not in ours]
+    if others:
+        out.append(finding("E_GPU_BUSY", subject, "%s is used by %s" % (label, ", ".join(
+            "pid %s (%s MiB)" % (p["pid"], p["used_mib"] if p["used_mib"] is not None else "?") for p in others)),
+            processes=others))
+
+    free = gpu.get("memory_free_mib")
+    if free is not None:
+        # Memory our own engine holds comes back when it restarts.
+        free_for_us = free + sum(p["used_mib"] or 0 for p in procs if p["pid"] in ours)
+        if free_for_us < min_free_mib:
+            out.append(finding("E_GPU_MEMORY", subject, "%s has %d MiB free of %d MiB; at least %d MiB is needed"
+                               % (label, free_for_us, gpu.get("memory_total_mib", 0), min_free_mib),
+                               free_mib=free_for_us, min_free_mib=min_free_mib))
+
+    limit = gpu.get("power_limit_w")
+    if expected_power_w and limit is not None and abs(limit - expected_power_w) >= 1:
+        out.append(finding("W_POWER", subject, "%s enforces a %g W power limit, not the expected %g W; "
+                           "it is not changed" % (label, limit, expected_power_w),
+                           power_limit_w=limit, expected_power_w=expected_power_w))
+
+    gen, gen_max = gpu.get("pcie_gen"), gpu.get("pcie_gen_max")
+    width, width_max = gpu.get("pcie_width"), gpu.get("pcie_width_max")
+    short = []
+    if gen is not None and gen_max is not None and gen < gen_max:
+        short.append("generation %d of %d" % (gen, gen_max))
+    if width is not None and width_max is not None and width < width_max:
+        short.append("width x%d of x%d" % (width, width_max))
+    if short:
+        out.append(finding("W_PCIE_LINK", subject, "%s links at %s" % (label, " and ".join(short)),
+                           pcie_gen=gen, pcie_gen_max=gen_max, pcie_width=width, pcie_width_max=width_max))
+    return out
+
+
+def _p2p_findings(pair):
+    out = []
+    subject = "GPU pair %d->%d" % (pair["from"], pair["to"])
+    bad = dict((c, s) for c, s in pair["caps"].items() if c in P2P_REQUIRED and isinstance(s, str) and s != "OK")
+    if bad:
+        out.append(finding("E_P2P", subject, "NVML reports peer access not OK from GPU %d to GPU %d: %s" % (
+            pair["from"], pair["to"], ", ".join("%s %s" % kv for kv in sorted(bad.items()))), caps=pair["caps"]))
+    for cap in P2P_REQUIRED:
+        status = pair["caps"][cap]
+        if isinstance(status, dict):
+            out.append(finding("W_P2P_UNKNOWN", subject, "NVML could not answer the %s peer-access query "
+                               "from GPU %d to GPU %d: %s" % (cap, pair["from"], pair["to"], status["error"]),
+                               capability=cap, error=status["error"]))
+    return out

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The test command (README): sets up what it needs on a fresh Debian 12 machine, then runs
+# every test. Re-runs reuse the virtualenvs while the pinned requirements are unchanged.
+#   bash tests/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+T0=$SECONDS
+PHASES=()
+
+phase() {  # phase NAME COMMAND...: run it, time it, keep the line for the summary
+  local name=$1 start=$SECONDS rc=0
+  shift
+  echo "=== ${name}"
+  "$@" || rc=$?
+  PHASES+=("$(printf '%-44s %4ss  %s' "$name" $((SECONDS - start)) "$([[ $rc == 0 ]] && echo ok || echo "FAILED (rc $rc)")")")
+  if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
+}
+
+summary() {
+  echo "=== phases"
+  printf '%s\n' "${PHASES[@]}"
+  echo "total $((SECONDS - T0))s"
+}
+
+find_python() {  # find_python 3.12: an interpreter of that version, from PATH or pyenv
+  local v=$1 p
+  for p in "$(command -v "python$v" || true)" /root/.pyenv/versions/"$v".*/bin/python"$v" \
+           "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/python"$v"; do
+    [[ -n $p && -x $p ]] && "$p" -c 'import venv' 2>/dev/null && { echo "$p"; return 0; }
+  done
+  return 1
+}
+
+make_venv() {  # make_venv DIR PYTHON: a virtualenv with requirements-test.txt, rebuilt when the pins change
+  local dir=$1 python=$2 stamp
+  stamp=$(cat requirements.txt requirements-test.txt | sha256sum | cut -c1-16)-$("$python" -V 2>&1 | tr -d ' ')
+  if [[ -f $dir/.stamp && $(cat "$dir/.stamp") == "$stamp" ]]; then
+    echo "$dir is current ($stamp)"
+    return 0
+  fi
+  rm -rf "$dir"
+  "$python" -m venv "$dir"
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+  echo "$stamp" > "$dir/.stamp"
+  "$dir/bin/ansible" --version | head -1
+}
+
+run_pytest() {  # run_pytest VENV PATHS...: pytest's exit 5 (no tests collected) is a failure too
+  local venv=$1 rc=0
+  shift
+  "$venv/bin/python" -m pytest -p no:cacheprovider -q "$@" || rc=$?
+  if [[ $rc == 5 ]]; then echo "pytest collected no tests: that is a failure"; fi
+  return "$rc"
+}
+
+PY311=$(find_python 3.11 || command -v python3)
+phase "venv .venv ($("$PY311" -V 2>&1), ansible-core 2.19)" make_venv .venv "$PY311"
+if PY312=$(find_python 3.12); then
+  phase "venv .venv-latest ($("$PY312" -V 2>&1), newest ansible-core)" make_venv .venv-latest "$PY312"
+elif [[ ${GPUSERVE_SKIP_LATEST:-0} == 1 ]]; then
+  echo "no Python 3.12: the newest ansible-core is not tested (GPUSERVE_SKIP_LATEST=1)"
+else
+  echo "no Python 3.12 found for the newest ansible-core; set GPUSERVE_SKIP_LATEST=1 to go on without" >&2
+  exit 1
+fi
+
+phase "yamllint" .venv/bin/yamllint -s .
+phase "pytest, ansible-core 2.19" run_pytest .venv tests/unit tests/integration
+if [[ -x .venv-latest/bin/python ]]; then
+  phase "pytest, newest ansible-core" run_pytest .venv-latest tests/unit tests/integration
+fi
+summary

@@ -1,0 +1,33 @@
+"""What a user reads: finding lines, the fleet table, the peer-access grid."""
+from ansible_collections.gpuserve.llm.plugins.filter.findings import (
+    finding_lines, findings_table, make_finding, p2p_matrix)
+
+
+def test_finding_lines_put_errors_first_and_carry_the_fix():
+    findings = [make_finding("W_POWER", "GPU 1", "300 W"), make_finding("E_GPU_BUSY", "GPU 0", "pid 7 (10 MiB)")]
+    lines = finding_lines(findings, "gpu-a")
+    assert lines[0].startswith("E_GPU_BUSY [error] gpu-a GPU 0: pid 7 (10 MiB). Fix: Stop the named processes")
+    assert lines[1].startswith("W_POWER [warning] gpu-a GPU 1: 300 W. Fix:")
+
+
+def test_fleet_table_rows_per_host_with_status_and_counted_codes():
+    report = {
+        "b": {"findings": [make_finding("W_POWER", "GPU %d" % i, "x") for i in range(4)]},
+        "a": {"findings": [make_finding("W_PCIE_LINK", "GPU 0", "x"), make_finding("E_P2P", "GPU pair 0->1", "x")]},
+        "c": {"findings": []},
+        "d": {"reached": False, "findings": []},
+    }
+    table = findings_table(report)
+    assert table[0].split() == ["host", "status", "findings"]
+    assert table[2].split(None, 2) == ["a", "ERROR", "E_P2P, W_PCIE_LINK"]
+    assert table[3].split(None, 2) == ["b", "WARN", "W_POWER x4"]
+    assert table[4].split() == ["c", "OK", "-"]
+    assert table[5].split() == ["d", "NOT", "RUN", "-"]
+
+
+def test_p2p_matrix_marks_each_ordered_pair():
+    pairs = [{"from": 0, "to": 1, "peer_access": "ok"}, {"from": 1, "to": 0, "peer_access": "unknown"},
+             {"from": 0, "to": 2, "peer_access": "not_ok"}]
+    grid = p2p_matrix(pairs)
+    assert grid[1].split() == ["GPU0", "X", "OK", "NO"]
+    assert grid[2].split() == ["GPU1", "?", "X", "-"]
