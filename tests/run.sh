@@ -54,6 +54,27 @@ run_pytest() {  # run_pytest VENV PATHS...: pytest's exit 5 (no tests collected)
   return "$rc"
 }
 
+debian_packages() {  # docker.io and debootstrap from Debian's packages, when missing
+  local missing=()
+  command -v dockerd >/dev/null || missing+=(docker.io)
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
+  [[ ${#missing[@]} == 0 ]] && { echo "docker.io and debootstrap present"; return 0; }
+  [[ $(id -u) == 0 ]] || { echo "need root to apt-get install ${missing[*]}" >&2; return 1; }
+  DEBIAN_FRONTEND=noninteractive apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+start_testbed() {  # the test bed's own Docker daemon, stopped when this script exits
+  local line
+  line=$(tests/testbed/dockerd.sh start) || return 1
+  export GPUSERVE_TEST_DOCKER_HOST=${line#DOCKER_HOST=}
+  trap 'tests/testbed/dockerd.sh stop' EXIT
+  echo "test bed daemon at $GPUSERVE_TEST_DOCKER_HOST"
+}
+
+phase "Debian packages (docker.io, debootstrap)" debian_packages
+phase "test bed Docker daemon" start_testbed
+
 PY311=$(find_python 3.11 || command -v python3)
 phase "venv .venv ($("$PY311" -V 2>&1), ansible-core 2.19)" make_venv .venv "$PY311"
 if PY312=$(find_python 3.12); then

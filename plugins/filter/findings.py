@@ -91,6 +91,21 @@ def findings_table(report):
     return out
 
 
+def docker_findings(result, docker_host, needs_gpu_runtime, checked=True):
+    """E_DOCKER when the daemon did not answer; E_NVIDIA_RUNTIME when a GPU profile's daemon has no nvidia runtime."""
+    if not checked:
+        return []  # no collection virtualenv on the host: E_VENV says so already
+    info = (result or {}).get("host_info")
+    if not info:
+        error = (result or {}).get("msg") or "no answer"
+        return [finding("E_DOCKER", docker_host, "the Docker daemon at %s does not answer: %s" % (docker_host, error))]
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    if needs_gpu_runtime and "nvidia" not in runtimes:
+        return [finding("E_NVIDIA_RUNTIME", docker_host, "the Docker daemon at %s has no nvidia runtime (runtimes: %s)"
+                        % (docker_host, ", ".join(runtimes) or "none"), runtimes=runtimes)]
+    return []
+
+
 def p2p_matrix(pairs):
     """Peer access as a grid, rows = from, columns = to: OK, NO (not OK), ? (NVML could not answer)."""
     mark = {"ok": "OK", "not_ok": "NO", "unknown": "?"}
@@ -109,4 +124,5 @@ class FilterModule(object):
             "finding_lines": finding_lines,
             "findings_table": findings_table,
             "p2p_matrix": p2p_matrix,
+            "docker_findings": docker_findings,
         }

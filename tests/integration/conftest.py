@@ -8,11 +8,15 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 import yaml
+
+import sysfs_tree
+from ansible_collections.gpuserve.llm.plugins.module_utils.host_checks import sysfs_bdf as sysfs_tree_bdf
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(TESTS)
@@ -27,36 +31,86 @@ def _double():
     return module
 
 
+def host_requirements():
+    """requirements-host.txt with the pynvml test double in place of nvidia-ml-py."""
+    with open(os.path.join(ROOT, "requirements-host.txt")) as f:
+        reqs = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    return [r for r in reqs if not r.startswith("nvidia-ml-py")] + ["nvml-replay==0.1.0"]
+
+
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory):
+    """The test hosts' wheelhouse: requirements-host.txt's wheels (downloaded once into .work/) + the double."""
+    cache = os.path.join(ROOT, ".work", "wheelhouse")
+    stamp = os.path.join(cache, ".stamp")
+    with open(os.path.join(ROOT, "requirements-host.txt")) as f:
+        wanted = f.read()
+    if not os.path.exists(stamp) or open(stamp).read() != wanted:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                        "--only-binary=:all:", "-r", os.path.join(ROOT, "requirements-host.txt"), "-d", cache],
+                       check=True)
+        with open(stamp, "w") as f:
+            f.write(wanted)
     sys.path.insert(0, os.path.join(TESTS, "nvml_double"))
     import build_wheel
     out = tmp_path_factory.mktemp("wheelhouse")
+    for name in os.listdir(cache):
+        if name.endswith(".whl"):
+            shutil.copy(os.path.join(cache, name), str(out))
     build_wheel.build(str(out))
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def docker_host():
+    """The test bed's Docker daemon: the one tests/run.sh started, or one started here and stopped after."""
+    if os.environ.get("GPUSERVE_TEST_DOCKER_HOST"):
+        yield os.environ["GPUSERVE_TEST_DOCKER_HOST"]
+        return
+    script = os.path.join(TESTS, "testbed", "dockerd.sh")
+    started = subprocess.run([script, "start"], stdout=subprocess.PIPE, text=True, check=True)
+    yield started.stdout.strip().split("=", 1)[1]
+    subprocess.run([script, "stop"], check=False)
 
 
 class Fleet:
     """An inventory of local-connection hosts, one NVML scenario each, and a way to run playbooks."""
 
-    def __init__(self, tmp_path, wheelhouse):
+    def __init__(self, tmp_path, wheelhouse, docker_host):
         self.dir = tmp_path
         self.wheelhouse = wheelhouse
+        self.docker_host = docker_host
         self.hosts = {}
 
-    def host(self, name, scenario=None, **hostvars):
+    def host(self, name, scenario=None, acs=None, iommu=None, **hostvars):
+        """A host replaying `scenario`; its sysfs has each GPU under a root port of its own, with ACS
+        control words from `acs` ({gpu index: word}, default 0) and IOMMU group types from `iommu`."""
         venv = self.dir / name / "venv"
         venv.mkdir(parents=True)
+        chains, groups = {}, {}
         if scenario:
             data = _double().load_scenario(os.path.join(SCENARIOS, scenario) if not os.path.isabs(scenario) else scenario)
             (venv / "nvml-replay.json").write_text(json.dumps(data))
+            for i, dev in enumerate(data["devices"]):
+                bdf = sysfs_tree_bdf(dev["pci_bus_id"])
+                chains[bdf] = [("0000:00:%02x.0" % (i + 1), (acs or {}).get(i, 0))]
+                if iommu:
+                    groups[bdf] = iommu
+        hostvars.setdefault("preflight_sysfs_root", sysfs_tree.make_sysfs(str(self.dir / name / "sys"), chains, groups))
         self.hosts[name] = dict({
             "ansible_connection": "local",
             "ansible_python_interpreter": sys.executable,
             "host_venv_path": str(venv),
             "host_venv_wheelhouse": self.wheelhouse,
             "host_venv_wheelhouse_dest": str(self.dir / name / "wheelhouse"),
-            "host_venv_packages": ["nvml-replay==0.1.0"],
+            "host_venv_packages": host_requirements(),
+            "llm_docker_host": self.docker_host,
+            "llm_data_dir": str(self.dir / name / "data"),
+            "llm_port": 18020 + len(self.hosts),
+            # Budgets that fit the test machine.
+            "preflight_disk_checkpoint_gib": 1,
+            "preflight_disk_image_gib": 1,
+            "preflight_disk_kernels_gib": 1,
         }, **hostvars)
         return venv
 
@@ -95,5 +149,5 @@ class Result:
 
 
 @pytest.fixture
-def fleet(tmp_path, wheelhouse):
-    return Fleet(tmp_path, wheelhouse)
+def fleet(tmp_path, wheelhouse, docker_host):
+    return Fleet(tmp_path, wheelhouse, docker_host)

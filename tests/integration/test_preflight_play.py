@@ -1,6 +1,7 @@
 """`ansible-playbook site.yml --tags preflight` on a fleet of local hosts with replayed GPUs."""
 import glob
 import os
+import socket
 
 
 def test_each_host_gets_its_codes_and_only_the_faulty_host_stops(fleet):
@@ -57,7 +58,7 @@ def test_check_mode_runs_every_probe_and_changes_nothing(fleet):
 
 
 def test_cpu_profile_skips_gpu_checks_and_says_so(fleet):
-    fleet.host("cpu", None, llm_engine="llamacpp", llm_gpus=[])
+    fleet.host("cpu", None, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4")
     result = fleet.run("site.yml", "--tags", "preflight")
     assert result.rc == 0, result
     assert result.codes("cpu") == ["I_GPU_CHECKS_SKIPPED"]
@@ -83,9 +84,62 @@ def test_host_that_cannot_make_a_virtualenv_is_e_venv(fleet):
     assert result.recap["fine"]["failed"] == 0 and result.recap["novenv"]["failed"] == 1, result
 
 
-def test_wrong_setting_type_stops_before_anything_changes(fleet):
-    venv = fleet.host("typo", "rtxpro6000x4-healthy.json", llm_gpus="zero")
+def test_bad_settings_stop_their_host_before_anything_changes(fleet):
+    typo = fleet.host("typo", "rtxpro6000x4-healthy.json", llm_gpus="zero")
+    long = fleet.host("long", "rtxpro6000x4-healthy.json", llm_context=1048576)
+    sglang = fleet.host("sglang", "rtxpro6000x4-healthy.json", llm_engine="sglang")
+    fleet.host("fine", "rtxpro6000x4-healthy.json", llm_paralel=8)
     result = fleet.run("site.yml", "--tags", "preflight")
-    assert result.rc != 0, result
-    assert "llm_gpus" in result.output
-    assert not os.path.exists(str(venv / "bin" / "python"))
+    assert result.rc == 2, result
+    assert result.codes("typo") == ["E_CONFIG"]
+    assert result.codes("long") == ["E_CONTEXT"]
+    assert result.codes("sglang") == ["E_UNSUPPORTED"]
+    assert result.codes("fine") == ["W_UNKNOWN_SETTING"]
+    assert "E_CONFIG [error] typo llm_gpus: llm_gpus is 'zero'; allowed: a list of int" in result.output
+    assert "llm_media_urls: any" in result.output  # the alternative is named
+    # Nothing changed on the refused hosts: no virtualenv was made.
+    for venv in (typo, long, sglang):
+        assert not os.path.exists(str(venv / "bin" / "python"))
+    assert result.recap["fine"]["failed"] == 0
+    assert all(result.recap[h]["failed"] == 1 for h in ("typo", "long", "sglang")), result
+
+
+def test_secret_settings_never_appear_in_output_or_report(fleet):
+    fleet.host("keyed", "rtxpro6000x4-healthy.json", llm_api_key=["sk-TOPSECRET-123"])
+    result = fleet.run("site.yml", "--tags", "preflight", "-v")
+    assert result.codes("keyed") == ["E_CONFIG"]
+    assert "sk-TOPSECRET-123" not in result.output
+    with open(os.path.join(str(fleet.dir), "reports", "preflight.json")) as f:
+        assert "sk-TOPSECRET-123" not in f.read()
+
+
+def test_host_faults_each_give_their_code(fleet):
+    fleet.host("acs", "rtxpro6000x4-healthy.json", acs={1: 0x001D})
+    fleet.host("iommu", "rtxpro6000x4-healthy.json", iommu="DMA-FQ")
+    fleet.host("disk", "rtxpro6000x4-healthy.json", preflight_disk_checkpoint_gib=10 ** 6)
+    fleet.host("nodocker", "rtxpro6000x4-healthy.json", llm_docker_host="unix:///nonexistent/docker.sock")
+    busy_port = socket.socket()
+    busy_port.bind(("127.0.0.1", 0))
+    busy_port.listen(1)
+    try:
+        fleet.host("port", "rtxpro6000x4-healthy.json", llm_port=busy_port.getsockname()[1])
+        result = fleet.run("site.yml", "--tags", "preflight")
+    finally:
+        busy_port.close()
+    assert result.codes("acs") == ["E_ACS"]
+    assert "bridge 0000:00:02.0" in result.output
+    assert result.codes("iommu") == ["W_IOMMU"] * 4
+    assert result.codes("disk") == ["E_DISK"]
+    assert result.codes("nodocker") == ["E_DOCKER"]
+    assert result.codes("port") == ["E_PORT_BUSY"]
+    disk = result.report()["disk"]["facts"]["disk"]
+    assert any(item["what"] == "checkpoint + drafter" for fs in disk for item in fs["items"])
+
+
+def test_gpu_and_cpu_profiles_pass_on_the_test_beds_daemon(fleet):
+    """The test bed's daemon registers runc as `nvidia` (the NVIDIA runtime's test double)."""
+    fleet.host("gpu", "rtxpro6000x4-healthy.json")
+    fleet.host("cpu", None, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4")
+    result = fleet.run("site.yml", "--tags", "preflight")
+    assert result.codes("gpu") == [] and result.codes("cpu") == ["I_GPU_CHECKS_SKIPPED"]
+    assert "nvidia" in result.report()["gpu"]["facts"]["docker_runtimes"]

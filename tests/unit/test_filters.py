@@ -31,3 +31,17 @@ def test_p2p_matrix_marks_each_ordered_pair():
     grid = p2p_matrix(pairs)
     assert grid[1].split() == ["GPU0", "X", "OK", "NO"]
     assert grid[2].split() == ["GPU1", "?", "X", "-"]
+
+
+def test_docker_findings():
+    from ansible_collections.gpuserve.llm.plugins.filter.findings import docker_findings
+    sock = "unix:///var/run/docker.sock"
+    down = docker_findings({"failed": True, "msg": "Error connecting: No such file"}, sock, True)
+    assert [f["code"] for f in down] == ["E_DOCKER"] and "No such file" in down[0]["message"]
+    plain = {"host_info": {"Runtimes": {"runc": {}, "io.containerd.runc.v2": {}}}}
+    gpu = docker_findings(plain, sock, True)
+    assert [f["code"] for f in gpu] == ["E_NVIDIA_RUNTIME"]
+    assert "runtimes: io.containerd.runc.v2, runc" in gpu[0]["message"]
+    assert docker_findings(plain, sock, False) == []  # a CPU profile needs no nvidia runtime
+    assert docker_findings({"host_info": {"Runtimes": {"nvidia": {}, "runc": {}}}}, sock, True) == []
+    assert docker_findings({}, sock, True, checked=False) == []

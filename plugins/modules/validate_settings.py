@@ -1,0 +1,58 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: validate_settings
+short_description: Validate the llm_ settings before anything changes
+version_added: "0.1.0"
+description:
+  - Checks every llm_ setting against the settings role's argument spec (types, choices), then ranges,
+    cross-field rules (llm_max_tokens within llm_context, llm_context within llm_model_max_context, unique GPU
+    indices, a well-formed port and bind address) and what the chosen engine can honour.
+  - Each failure is a finding - E_CONFIG, E_CONTEXT or E_UNSUPPORTED - naming the variable, the value and what
+    is allowed; an llm_ variable the collection does not know is W_UNKNOWN_SETTING.
+  - Runs on the controller (an action plugin); needs nothing from the host and changes nothing. Secret values
+    (options with no_log) are never shown.
+author:
+  - gpuserve.llm contributors
+attributes:
+  check_mode:
+    support: full
+    details: Read-only.
+  diff_mode:
+    support: none
+  action:
+    support: full
+options:
+  settings:
+    description: Every llm_ variable in scope, by name, with its templated value.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Validate the settings
+  gpuserve.llm.validate_settings:
+    settings: "{{ dict(names | zip(query('ansible.builtin.vars', *names))) }}"
+  vars:
+    names: "{{ query('ansible.builtin.varnames', '^llm_') }}"
+"""
+
+RETURN = r"""
+findings:
+  description: One entry per problem, with code, severity, subject (the variable), message and fix.
+  returned: always
+  type: list
+  elements: dict
+errors:
+  description: How many findings are errors.
+  returned: always
+  type: int
+"""
