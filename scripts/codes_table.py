@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Render the README's codes table from plugins/module_utils/codes.py.
 
     python3 scripts/codes_table.py           # print the table
@@ -23,8 +22,8 @@ def table():
 
 
 def readme_with_table(text):
-    head, _, rest = text.partition(START)
-    _, _, tail = rest.partition(END)
+    head, rest = text.partition(START)[::2]
+    tail = rest.partition(END)[2]
     return "%s%s\n%s\n%s%s" % (head, START, table(), END, tail)
 
 

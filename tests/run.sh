@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The test command (README): sets up what it needs on a fresh Debian 12 machine, then runs
-# every test. Re-runs reuse the virtualenvs while the pinned requirements are unchanged.
+# The test command (README): sets up what it needs on a fresh Debian 12 machine, then runs every
+# check and test, printing each phase's time. Re-runs reuse the virtualenvs, the test-host image
+# and the wheelhouse while their inputs are unchanged.
 #   bash tests/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 T0=$SECONDS
 PHASES=()
 
@@ -13,7 +13,7 @@ phase() {  # phase NAME COMMAND...: run it, time it, keep the line for the summa
   shift
   echo "=== ${name}"
   "$@" || rc=$?
-  PHASES+=("$(printf '%-44s %4ss  %s' "$name" $((SECONDS - start)) "$([[ $rc == 0 ]] && echo ok || echo "FAILED (rc $rc)")")")
+  PHASES+=("$(printf '%-52s %4ss  %s' "$name" $((SECONDS - start)) "$([[ $rc == 0 ]] && echo ok || echo "FAILED (rc $rc)")")")
   if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
 }
 
@@ -32,16 +32,19 @@ find_python() {  # find_python 3.12: an interpreter of that version, from PATH o
   return 1
 }
 
-make_venv() {  # make_venv DIR PYTHON: a virtualenv with requirements-test.txt, rebuilt when the pins change
+make_venv() {  # make_venv DIR PYTHON REQUIREMENTS...: rebuilt when the pins or the interpreter change
   local dir=$1 python=$2 stamp
-  stamp=$(cat requirements.txt requirements-test.txt | sha256sum | cut -c1-16)-$("$python" -V 2>&1 | tr -d ' ')
+  shift 2
+  stamp=$(cat requirements.txt "$@" | sha256sum | cut -c1-16)-$("$python" -V 2>&1 | tr -d ' ')
   if [[ -f $dir/.stamp && $(cat "$dir/.stamp") == "$stamp" ]]; then
     echo "$dir is current ($stamp)"
     return 0
   fi
   rm -rf "$dir"
   "$python" -m venv "$dir"
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+  local req args=()
+  for req in "$@"; do args+=(-r "$req"); done
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "${args[@]}"
   echo "$stamp" > "$dir/.stamp"
   "$dir/bin/ansible" --version | head -1
 }
@@ -54,11 +57,12 @@ run_pytest() {  # run_pytest VENV PATHS...: pytest's exit 5 (no tests collected)
   return "$rc"
 }
 
-debian_packages() {  # docker.io and debootstrap from Debian's packages, when missing
+debian_packages() {  # docker.io, debootstrap and shellcheck from Debian's packages, when missing
   local missing=()
   command -v dockerd >/dev/null || missing+=(docker.io)
   command -v debootstrap >/dev/null || missing+=(debootstrap)
-  [[ ${#missing[@]} == 0 ]] && { echo "docker.io and debootstrap present"; return 0; }
+  command -v shellcheck >/dev/null || missing+=(shellcheck)
+  [[ ${#missing[@]} == 0 ]] && { echo "docker.io, debootstrap and shellcheck present"; return 0; }
   [[ $(id -u) == 0 ]] || { echo "need root to apt-get install ${missing[*]}" >&2; return 1; }
   DEBIAN_FRONTEND=noninteractive apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
@@ -68,27 +72,51 @@ start_testbed() {  # the test bed's own Docker daemon, stopped when this script 
   local line
   line=$(tests/testbed/dockerd.sh start) || return 1
   export GPUSERVE_TEST_DOCKER_HOST=${line#DOCKER_HOST=}
+  export GPUSERVE_TEST_DOCKER_SOCKET=${GPUSERVE_TEST_DOCKER_HOST#unix://}
   trap 'tests/testbed/dockerd.sh stop' EXIT
   echo "test bed daemon at $GPUSERVE_TEST_DOCKER_HOST"
 }
 
-phase "Debian packages (docker.io, debootstrap)" debian_packages
+testhost_image() {
+  GPUSERVE_TESTHOST_IMAGE=$(DOCKER_HOST=$GPUSERVE_TEST_DOCKER_HOST tests/testbed/images.sh) || return 1
+  export GPUSERVE_TESTHOST_IMAGE
+  echo "$GPUSERVE_TESTHOST_IMAGE"
+}
+
+in_venv() {  # in_venv COMMAND...: with .venv's tools first on PATH and the test bed's daemon as DOCKER_HOST
+  env PATH="$PWD/.venv/bin:$PATH" DOCKER_HOST="$GPUSERVE_TEST_DOCKER_HOST" "$@"
+}
+
+phase "Debian packages (docker.io, debootstrap, shellcheck)" debian_packages
 phase "test bed Docker daemon" start_testbed
 
 PY311=$(find_python 3.11 || command -v python3)
-phase "venv .venv ($("$PY311" -V 2>&1), ansible-core 2.19)" make_venv .venv "$PY311"
+phase "venv .venv ($("$PY311" -V 2>&1), ansible-core 2.19)" \
+  make_venv .venv "$PY311" requirements-test.txt requirements-lint.txt
 if PY312=$(find_python 3.12); then
-  phase "venv .venv-latest ($("$PY312" -V 2>&1), newest ansible-core)" make_venv .venv-latest "$PY312"
+  phase "venv .venv-latest ($("$PY312" -V 2>&1), newest ansible-core)" \
+    make_venv .venv-latest "$PY312" requirements-test.txt
 elif [[ ${GPUSERVE_SKIP_LATEST:-0} == 1 ]]; then
   echo "no Python 3.12: the newest ansible-core is not tested (GPUSERVE_SKIP_LATEST=1)"
 else
   echo "no Python 3.12 found for the newest ansible-core; set GPUSERVE_SKIP_LATEST=1 to go on without" >&2
   exit 1
 fi
+phase "test-host image (debootstrap, cached by tag)" testhost_image
+phase "test wheelhouse (requirements-host.txt + NVML double)" tests/testbed/wheelhouse.sh .venv/bin/python
 
 phase "yamllint" .venv/bin/yamllint -s .
-phase "pytest, ansible-core 2.19" run_pytest .venv tests/unit tests/integration
+phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh .ci/run
+phase "ansible-lint (production profile, offline)" in_venv ansible-lint -q
+phase "collection build, install --no-deps, module run" tests/testbed/package.sh .venv
+phase "ansible-test sanity, ansible-core 2.19" tests/testbed/sanity.sh .venv
 if [[ -x .venv-latest/bin/python ]]; then
-  phase "pytest, newest ansible-core" run_pytest .venv-latest tests/unit tests/integration
+  phase "ansible-test sanity, newest ansible-core" tests/testbed/sanity.sh .venv-latest
 fi
+phase "pytest unit + playbooks, ansible-core 2.19" run_pytest .venv tests/unit tests/integration
+if [[ -x .venv-latest/bin/python ]]; then
+  phase "pytest unit + playbooks, newest ansible-core" run_pytest .venv-latest tests/unit tests/integration
+fi
+phase "molecule preflight (7 container hosts)" in_venv molecule test -s preflight
+phase "molecule check_mode (--check on fresh hosts)" in_venv molecule test -s check_mode
 summary

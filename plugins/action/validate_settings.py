@@ -19,8 +19,8 @@ COLLECTION = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 
 
 def _spec_options():
-    """The settings role's options, and every llm_ option any role documents (known names)."""
-    with open(os.path.join(COLLECTION, "roles", "settings", "meta", "argument_specs.yml")) as f:
+    """The llm role's options, and every llm_ option any role documents (known names)."""
+    with open(os.path.join(COLLECTION, "roles", "llm", "meta", "argument_specs.yml")) as f:
         options = yaml.safe_load(f)["argument_specs"]["main"]["options"]
     known = set()
     for path in glob.glob(os.path.join(COLLECTION, "roles", "*", "meta", "argument_specs.yml")):

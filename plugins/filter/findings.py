@@ -30,7 +30,7 @@ options:
     type: str
     required: true
 author:
-  - gpuserve.llm contributors
+  - gpuserve.llm contributors (@gpuserve)
 """
 
 EXAMPLES = r"""
@@ -98,6 +98,8 @@ def docker_findings(result, docker_host, needs_gpu_runtime, checked=True):
     info = (result or {}).get("host_info")
     if not info:
         error = (result or {}).get("msg") or "no answer"
+        if "permission denied" in error.lower():
+            return []  # the daemon is there; the socket refuses this user: E_DOCKER_GROUP says so
         return [finding("E_DOCKER", docker_host, "the Docker daemon at %s does not answer: %s" % (docker_host, error))]
     runtimes = sorted((info.get("Runtimes") or {}).keys())
     if needs_gpu_runtime and "nvidia" not in runtimes:
@@ -110,7 +112,7 @@ def p2p_matrix(pairs):
     """Peer access as a grid, rows = from, columns = to: OK, NO (not OK), ? (NVML could not answer)."""
     mark = {"ok": "OK", "not_ok": "NO", "unknown": "?"}
     cells = dict(((p["from"], p["to"]), mark.get(p["peer_access"], "?")) for p in pairs or [])
-    gpus = sorted(set(a for a, _ in cells) | set(b for _, b in cells))
+    gpus = sorted(set(pair[0] for pair in cells) | set(pair[1] for pair in cells))
     lines = ["%-8s " % "from\\to" + " ".join("%-6s" % ("GPU%d" % g) for g in gpus)]
     for a in gpus:
         lines.append("%-8s " % ("GPU%d" % a) + " ".join("%-6s" % ("X" if a == b else cells.get((a, b), "-")) for b in gpus))

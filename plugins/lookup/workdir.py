@@ -20,7 +20,7 @@ options:
     description: Relative paths; absolute ones are returned as they are.
     required: true
 author:
-  - gpuserve.llm contributors
+  - gpuserve.llm contributors (@gpuserve)
 """
 
 EXAMPLES = r"""

@@ -30,8 +30,8 @@ ACS_REDIRECT = (1 << 2) | (1 << 3)
 
 def sysfs_bdf(nvml_bus_id):
     """'00000000:17:00.0' (NVML) -> '0000:17:00.0' (sysfs)."""
-    domain, _, rest = nvml_bus_id.lower().rpartition(":")
-    domain, _, bus = domain.rpartition(":") if domain.count(":") else ("0", "", domain)
+    domain, dummy, rest = nvml_bus_id.lower().rpartition(":")
+    domain, dummy, bus = domain.rpartition(":") if domain.count(":") else ("0", "", domain)
     return "%04x:%s:%s" % (int(domain or "0", 16), bus, rest)
 
 

@@ -61,6 +61,10 @@ class _Calls:
                 self.unanswered.append({"call": name, "error": err})
             return None, err
 
+    def value(self, name, *args):
+        """Only the answer (None when NVML could not give one); the failure is still recorded."""
+        return self(name, *args)[0]
+
 
 def _text(value):
     if isinstance(value, bytes):
@@ -70,7 +74,7 @@ def _text(value):
 
 def cuda_version_int(text):
     """'12.8' -> 12080, the form nvmlSystemGetCudaDriverVersion returns."""
-    major, _, minor = str(text).partition(".")
+    major, dummy, minor = str(text).partition(".")
     return int(major) * 1000 + int(minor or 0) * 10
 
 
@@ -117,33 +121,33 @@ def _device_facts(call, index):
     gpu = {"index": index}
     gpu["name"] = _text(call("nvmlDeviceGetName", handle)[0])
     gpu["uuid"] = _text(call("nvmlDeviceGetUUID", handle)[0])
-    pci, _ = call("nvmlDeviceGetPciInfo", handle)
+    pci = call.value("nvmlDeviceGetPciInfo", handle)
     gpu["pci_bus_id"] = _text(getattr(pci, "busId", None)) if pci is not None else None
-    mem, _ = call("nvmlDeviceGetMemoryInfo", handle)
+    mem = call.value("nvmlDeviceGetMemoryInfo", handle)
     if mem is not None:
         gpu["memory_total_mib"] = int(mem.total // MIB)
         gpu["memory_free_mib"] = int(mem.free // MIB)
         gpu["memory_used_mib"] = int(mem.used // MIB)
-    cc, _ = call("nvmlDeviceGetCudaComputeCapability", handle)
+    cc = call.value("nvmlDeviceGetCudaComputeCapability", handle)
     gpu["compute_capability"] = "%d.%d" % tuple(cc) if cc else None
-    enforced, _ = call("nvmlDeviceGetEnforcedPowerLimit", handle)
+    enforced = call.value("nvmlDeviceGetEnforcedPowerLimit", handle)
     gpu["power_limit_w"] = enforced / 1000.0 if enforced is not None else None
-    default, _ = call("nvmlDeviceGetPowerManagementDefaultLimit", handle)
+    default = call.value("nvmlDeviceGetPowerManagementDefaultLimit", handle)
     gpu["power_default_w"] = default / 1000.0 if default is not None else None
-    constraints, _ = call("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+    constraints = call.value("nvmlDeviceGetPowerManagementLimitConstraints", handle)
     gpu["power_range_w"] = [c / 1000.0 for c in constraints] if constraints else None
-    mig, _ = call("nvmlDeviceGetMigMode", handle)
+    mig = call.value("nvmlDeviceGetMigMode", handle)
     gpu["mig_mode"] = {"current": mig[0], "pending": mig[1]} if mig else None
     for key, fn in (("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
                     ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
                     ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth"),
                     ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth")):
         gpu[key] = call(fn, handle)[0]
-    ecc, _ = call("nvmlDeviceGetEccMode", handle)
+    ecc = call.value("nvmlDeviceGetEccMode", handle)
     gpu["ecc_mode"] = {"current": ecc[0], "pending": ecc[1]} if ecc else None
     gpu["ecc_uncorrected_volatile"] = call(
         "nvmlDeviceGetTotalEccErrors", handle, MEMORY_ERROR_TYPE_UNCORRECTED, VOLATILE_ECC)[0]
-    rows, _ = call("nvmlDeviceGetRemappedRows", handle)
+    rows = call.value("nvmlDeviceGetRemappedRows", handle)
     gpu["remapped_rows"] = (dict(zip(("correctable", "uncorrectable", "pending", "failure"), rows))
                             if rows else None)
     retired = {}
@@ -186,7 +190,7 @@ def run_checks(nvml, gpus, min_free_mib, expected_power_w, min_compute_capabilit
     facts = {"gpus": [], "p2p": [], "nvml_unanswered": []}
     call = _Calls(nvml)
 
-    _, err = call("nvmlInit")
+    err = call("nvmlInit")[1]
     if err:
         findings.append(finding(
             "E_NVML", "nvml", "NVML could not be initialised: %s" % err, error=err))
@@ -194,9 +198,9 @@ def run_checks(nvml, gpus, min_free_mib, expected_power_w, min_compute_capabilit
     try:
         facts["driver_version"] = _text(call("nvmlSystemGetDriverVersion")[0])
         facts["nvml_version"] = _text(call("nvmlSystemGetNVMLVersion")[0])
-        cuda, _ = call("nvmlSystemGetCudaDriverVersion_v2")
+        cuda = call.value("nvmlSystemGetCudaDriverVersion_v2")
         if cuda is None:
-            cuda, _ = call("nvmlSystemGetCudaDriverVersion")
+            cuda = call.value("nvmlSystemGetCudaDriverVersion")
         facts["cuda_driver_version"] = cuda_version_text(cuda) if cuda else None
         count, err = call("nvmlDeviceGetCount")
         if err:

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpuserve.llm contributors
 # Apache License 2.0 (see LICENSE)
-"""Validation of the llm_ settings: types and choices from the settings role's argument spec,
+"""Validation of the llm_ settings: types and choices from the llm role's argument spec,
 then ranges, cross-field rules and what each engine can honour. Each failure is a finding that
 names the variable, the value and what is allowed."""
 
@@ -79,7 +79,7 @@ def validate(settings, spec_options, known_names=()):
             findings.append(finding("W_UNKNOWN_SETTING", name, "%s is not a setting of this collection (a typo?); "
                                     "it is ignored" % name, variable=name))
 
-    # Types and choices: the settings role's argument spec, option by option so each failure names its variable.
+    # Types and choices: the llm role's argument spec, option by option so each failure names its variable.
     values = {}
     for name, option in spec_options.items():
         if name not in settings:

@@ -20,9 +20,10 @@ description:
   - Needs only the standard library on the host's own Python, unlike M(ansible.builtin.pip), which needs
     setuptools or packaging there.
 author:
-  - gpuserve.llm contributors
+  - gpuserve.llm contributors (@gpuserve)
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details:
       - Reports what would be made and installed, and changes nothing at O(path).
@@ -30,6 +31,7 @@ attributes:
         RV(interpreter) and RV(scratch), so that read-only checks can run in check mode on a fresh host.
         The caller removes RV(scratch).
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 options:
   path:
@@ -199,7 +201,7 @@ def main():
                 result.update(interpreter=os.path.join(scratch, "bin", "python"), scratch=scratch)
             module.exit_json(**result)
         _build(module, path, missing, python, p["find_links"], p["index_url"])
-        still, _ = _missing(module, path, p["packages"])
+        still = _missing(module, path, p["packages"])[0]
         if still:
             raise VenvError("pip finished but %s are still not installed at the pinned versions" % ", ".join(still))
     except VenvError as e:

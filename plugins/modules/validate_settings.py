@@ -13,7 +13,7 @@ module: validate_settings
 short_description: Validate the llm_ settings before anything changes
 version_added: "0.1.0"
 description:
-  - Checks every llm_ setting against the settings role's argument spec (types, choices), then ranges,
+  - Checks every llm_ setting against the llm role's argument spec (types, choices), then ranges,
     cross-field rules (llm_max_tokens within llm_context, llm_context within llm_model_max_context, unique GPU
     indices, a well-formed port and bind address) and what the chosen engine can honour.
   - Each failure is a finding - E_CONFIG, E_CONTEXT or E_UNSUPPORTED - naming the variable, the value and what
@@ -21,14 +21,17 @@ description:
   - Runs on the controller (an action plugin); needs nothing from the host and changes nothing. Secret values
     (options with no_log) are never shown.
 author:
-  - gpuserve.llm contributors
+  - gpuserve.llm contributors (@gpuserve)
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   action:
+    description: Runs on the controller as an action plugin; nothing is sent to the host.
     support: full
 options:
   settings:

@@ -124,7 +124,7 @@ class Fleet:
         env.update(extra_env)
         proc = subprocess.run(
             [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, playbook), "-i", str(inventory)] + list(args),
-            cwd=str(self.dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+            cwd=str(self.dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, check=False)
         return Result(proc, self.dir)
 
 

@@ -62,4 +62,4 @@ def test_readme_test_command_is_what_ci_runs():
     command = re.search(r"<!-- test-command -->\s*```sh\n(.+?)\n```", readme, re.S).group(1).strip()
     assert command == "bash tests/run.sh"
     assert "exec %s" % command in ci
-    assert subprocess.run(["bash", "-n", os.path.join(ROOT, "tests", "run.sh")]).returncode == 0
+    assert subprocess.run(["bash", "-n", os.path.join(ROOT, "tests", "run.sh")], check=False).returncode == 0

@@ -45,3 +45,6 @@ def test_docker_findings():
     assert docker_findings(plain, sock, False) == []  # a CPU profile needs no nvidia runtime
     assert docker_findings({"host_info": {"Runtimes": {"nvidia": {}, "runc": {}}}}, sock, True) == []
     assert docker_findings({}, sock, True, checked=False) == []
+    # A socket that refuses the user is the docker group's finding, not a daemon that is down.
+    assert docker_findings({"msg": "Error while fetching server API version: ('Connection aborted.', "
+                                   "PermissionError(13, 'Permission denied'))"}, sock, True) == []

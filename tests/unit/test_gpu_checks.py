@@ -29,8 +29,7 @@ def replay(monkeypatch):
 def run(replay, scenario, **overrides):
     params = dict(RECIPE, **overrides)
     path = scenario if os.path.isabs(scenario) else os.path.join(SCENARIOS, scenario)
-    gpus = params.pop("gpus")
-    return nvml_checks.run_checks(replay(path), gpus, **params)
+    return nvml_checks.run_checks(replay(path), **params)
 
 
 def codes(findings):
@@ -88,8 +87,8 @@ def test_real_h200_reading_two_gpus_p2p_ok_both_ways(replay):
 
 
 def test_real_h200_reading_warns_power_at_250_not_at_700(replay):
-    _, at_250 = run(replay, REAL, gpus=[0, 1], expected_power_w=250)
-    _, at_700 = run(replay, REAL, gpus=[0, 1], expected_power_w=700)
+    at_250 = run(replay, REAL, gpus=[0, 1], expected_power_w=250)[1]
+    at_700 = run(replay, REAL, gpus=[0, 1], expected_power_w=700)[1]
     assert [f["subject"] for f in at_250 if f["code"] == "W_POWER"] == ["GPU 0", "GPU 1"]
     assert "700 W" in at_250[0]["message"] or any("700 W" in f["message"] for f in at_250)
     assert not [f for f in at_700 if f["code"] == "W_POWER"]
@@ -102,7 +101,7 @@ def test_real_h200_busy_reading_names_pid_and_mib(replay, tmp_path):
     reading["devices"][0]["procs"] = busy["gpu0_procs"]
     path = tmp_path / "busy.json"
     path.write_text(json.dumps(reading))
-    _, findings = run(replay, str(path), gpus=[0, 1], expected_power_w=700, min_free_mib=140000)
+    findings = run(replay, str(path), gpus=[0, 1], expected_power_w=700, min_free_mib=140000)[1]
     busy_f = [f for f in findings if f["code"] == "E_GPU_BUSY"]
     assert len(busy_f) == 1 and busy_f[0]["subject"] == "GPU 0"
     assert busy_f[0]["details"]["processes"] == [{"pid": 600, "used_mib": 10850}]
@@ -119,7 +118,7 @@ def test_only_selected_gpus_are_judged(replay):
 
 
 def test_all_twelve_ordered_pairs_of_four_gpus(replay):
-    facts, _ = run(replay, "rtxpro6000x4-healthy.json")
+    facts = run(replay, "rtxpro6000x4-healthy.json")[0]
     assert sorted(p["pair"] for p in facts["p2p"]) == sorted(
         "%d-%d" % (a, b) for a in range(4) for b in range(4) if a != b)
     assert all(p["peer_access"] == "ok" for p in facts["p2p"])
@@ -161,10 +160,10 @@ def test_own_engine_processes_are_not_busy(replay, tmp_path):
     proc = tmp_path / "proc" / "4242"
     proc.mkdir(parents=True)
     (proc / "cgroup").write_text("0::/system.slice/docker-abc123def456.scope\n")
-    _, findings = run(replay, "e_gpu_busy.json", own_container_ids=["abc123def456"],
-                      proc_root=str(tmp_path / "proc"))
+    findings = run(replay, "e_gpu_busy.json", own_container_ids=["abc123def456"],
+                   proc_root=str(tmp_path / "proc"))[1]
     assert findings == []
-    _, findings = run(replay, "e_gpu_busy.json", own_container_ids=["ffff"], proc_root=str(tmp_path / "proc"))
+    findings = run(replay, "e_gpu_busy.json", own_container_ids=["ffff"], proc_root=str(tmp_path / "proc"))[1]
     assert codes(findings) == [("E_GPU_BUSY", "GPU 0")]
 
 

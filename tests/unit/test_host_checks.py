@@ -54,13 +54,13 @@ def test_acs_unreadable_config_space_is_w_tool_missing(tmp_path):
             head = f.read(256)
         with open(path, "wb") as f:
             f.write(head)
-    findings, _ = host_checks.check_acs(sysfs, [NVML_A, NVML_B])
+    findings = host_checks.check_acs(sysfs, [NVML_A, NVML_B])[0]
     assert codes(findings) == [("W_TOOL_MISSING", "PCIe config space")]
     assert "as root" in findings[0]["message"]
 
 
 def test_gpu_missing_from_sysfs_is_w_tool_missing_and_one_gpu_needs_no_acs(tmp_path):
-    findings, _ = host_checks.check_acs(str(tmp_path), [NVML_A, NVML_B])
+    findings = host_checks.check_acs(str(tmp_path), [NVML_A, NVML_B])[0]
     assert [f["code"] for f in findings] == ["W_TOOL_MISSING", "W_TOOL_MISSING"]
     assert host_checks.check_acs(str(tmp_path), [NVML_A]) == ([], {})
 
@@ -119,7 +119,7 @@ def test_disk_budget_counts_what_is_already_there(tmp_path):
     weights = tmp_path / "hf"
     weights.mkdir()
     (weights / "model.safetensors").write_bytes(os.urandom(3 * 1024 * 1024))
-    _, facts = host_checks.check_disk([{"what": "checkpoint", "path": str(weights), "gib": 0.004}])
+    facts = host_checks.check_disk([{"what": "checkpoint", "path": str(weights), "gib": 0.004}])[1]
     assert facts[0]["items"][0]["present_gib"] >= 0.0029
     assert facts[0]["items"][0]["need_gib"] <= 0.0011
 
@@ -128,8 +128,8 @@ def test_disk_budgets_sharing_a_path_are_added_and_the_present_bytes_counted_onc
     cache = tmp_path / "hf"
     cache.mkdir()
     (cache / "blob").write_bytes(os.urandom(2 * 1024 * 1024))
-    _, facts = host_checks.check_disk([{"what": "checkpoint", "path": str(cache), "gib": 0.003},
-                                       {"what": "drafter", "path": str(cache), "gib": 0.001}])
+    facts = host_checks.check_disk([{"what": "checkpoint", "path": str(cache), "gib": 0.003},
+                                    {"what": "drafter", "path": str(cache), "gib": 0.001}])[1]
     item = facts[0]["items"][0]
     assert item["what"] == "checkpoint + drafter" and item["budget_gib"] == pytest.approx(0.004)
     assert item["need_gib"] == pytest.approx(0.004 - 2 / 1024.0, abs=0.0005)

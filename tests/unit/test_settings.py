@@ -7,9 +7,9 @@ import yaml
 from ansible_collections.gpuserve.llm.plugins.module_utils.settings import validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-with open(os.path.join(ROOT, "roles", "settings", "meta", "argument_specs.yml")) as f:
+with open(os.path.join(ROOT, "roles", "llm", "meta", "argument_specs.yml")) as f:
     OPTIONS = yaml.safe_load(f)["argument_specs"]["main"]["options"]
-with open(os.path.join(ROOT, "roles", "settings", "defaults", "main.yml")) as f:
+with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
     DEFAULTS = yaml.safe_load(f)
 DEFAULTS["llm_context"] = DEFAULTS["llm_model_max_context"]  # as templated
 CPU = dict(DEFAULTS, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4")

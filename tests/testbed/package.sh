@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Build the collection tarball, install it with --no-deps into a temporary path (as an offline
+# site would), and run a module and ansible-doc from the installed copy, not the checkout.
+#   tests/testbed/package.sh VENV
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+VENV=$(cd "${1:?usage: package.sh VENV}" && pwd)
+WORK=$(mktemp -d /tmp/gpuserve-package.XXXX)
+trap 'rm -rf "$WORK"' EXIT
+export PATH=$VENV/bin:$PATH
+
+cd "$ROOT"
+ansible-galaxy collection build --force --output-path "$WORK/dist" >/dev/null
+TARBALL=$(ls "$WORK"/dist/gpuserve-llm-*.tar.gz)
+echo "built $(basename "$TARBALL"): $(tar -tzf "$TARBALL" | wc -l) files, $(du -k "$TARBALL" | cut -f1) KiB"
+if tar -tzf "$TARBALL" | grep -E '^(\.collections|\.work|\.venv|tests/output)/'; then
+  echo "the tarball carries files build_ignore should keep out" >&2; exit 1
+fi
+cd "$WORK"  # no ansible.cfg here: only the installed copy can answer
+export ANSIBLE_COLLECTIONS_PATH=$WORK/installed ANSIBLE_NOCOLOR=1 ANSIBLE_LOCALHOST_WARNING=0
+ansible-galaxy collection install --no-deps -p "$WORK/installed" "$TARBALL" >/dev/null
+ansible-doc gpuserve.llm.gpu_preflight | head -1
+out=$(PYTHONPATH=$ROOT/tests/nvml_double NVML_REPLAY_SCENARIO=$ROOT/tests/fixtures/h200x2-nvml-probe.json \
+  ansible localhost -c local -i localhost, -e "ansible_python_interpreter=$VENV/bin/python" \
+  -m gpuserve.llm.gpu_preflight -a '{"gpus": [0, 1], "expected_power_w": 250}')
+[[ -f $WORK/installed/ansible_collections/gpuserve/llm/MANIFEST.json ]] \
+  || { echo "the collection was not installed under $WORK/installed" >&2; exit 1; }
+echo "$out" | grep -cE "\"code\": \"W_POWER\"" | grep -qx 2 || { echo "$out" >&2; echo "module run from the tarball did not report W_POWER x2" >&2; exit 1; }
+echo "module gpu_preflight from the installed tarball: W_POWER x2 on the replayed H200 reading"
