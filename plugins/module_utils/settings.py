@@ -29,7 +29,8 @@ RANGES = {
     "llm_max_tokens": (1, None),
     "llm_port": (1, 65535),
     "llm_reserve_gib": (0, None),
-    "llm_kv_cap_gib": (0.1, None),
+    "llm_kv_cap_gib": (0, None),
+    "llm_default_top_k": (0, None),
 }
 
 # What an engine cannot do: (setting, predicate on the settings, why, the alternative).
@@ -38,6 +39,9 @@ UNSUPPORTED = {
         ("llm_media_urls", lambda s: s.get("llm_vision") and s.get("llm_media_urls") != "any",
          "SGLang has no way to refuse http(s) media URLs",
          "set llm_media_urls: any to serve on SGLang (it fetches any URL), or llm_engine: vllm"),
+        ("llm_kv_cap_gib", lambda s: s.get("llm_kv_cap_gib", 0) > 0,
+         "SGLang sizes its KV pool as a fraction of GPU memory (--mem-fraction-static), not in GiB",
+         "set llm_kv_cap_gib: 0 (the pool then follows llm_reserve_gib), or llm_engine: vllm"),
     ],
     "llamacpp": [
         ("llm_kv", lambda s: s.get("llm_kv") == "fp8",
@@ -46,11 +50,23 @@ UNSUPPORTED = {
         ("llm_vision", lambda s: bool(s.get("llm_vision")),
          "the llama.cpp profile serves text only (image input needs an --mmproj projector)",
          "set llm_vision: false, or llm_engine: vllm"),
-        ("llm_dense", lambda s: s.get("llm_dense") == "fp8",
-         "llama.cpp runs the GGUF's own quantization and cannot convert dense layers to fp8",
-         "set llm_dense to the GGUF's (q4 or bf16), or llm_engine: vllm"),
+        ("llm_dense", lambda s: s.get("llm_dense") != s.get("llm_model_dense", s.get("llm_dense")),
+         "llama.cpp runs the GGUF's own quantization and converts nothing at load",
+         "set llm_dense to the GGUF's (llm_model_dense), or llm_engine: vllm"),
+        ("llm_drafter", lambda s: s.get("llm_drafter") == "ngram",
+         "the llama.cpp profile has no n-gram drafting",
+         "set llm_drafter: off, mtp or a draft GGUF repo, or llm_engine: vllm"),
+        ("llm_kv_cap_gib", lambda s: s.get("llm_kv_cap_gib", 0) > 0,
+         "the llama.cpp profile runs on the CPU: its cache is sized by llm_context x llm_parallel, not in GiB",
+         "set llm_kv_cap_gib: 0"),
+        ("llm_reserve_gib", lambda s: bool(s.get("llm_gpus") == [] and s.get("llm_reserve_gib", 0) > 0),
+         "the CPU profile has no GPU memory to keep in reserve",
+         "set llm_reserve_gib: 0"),
     ],
 }
+
+# Dense conversions an engine can make at load: from the checkpoint's precision to llm_dense.
+DENSE_CONVERSIONS = {("bf16", "fp8")}
 
 
 def _bad(code, name, value, allowed, secret=False):
@@ -143,9 +159,16 @@ def validate(settings, spec_options, known_names=()):
 
     engine = values.get("llm_engine")
     if engine in GPU_ENGINES and gpus == []:
-        findings.append(finding("E_UNSUPPORTED", "llm_gpus", "llm_gpus is [] (CPU) but %s needs GPUs; use "
+        findings.append(finding("E_UNSUPPORTED", "llm_gpus", "llm_gpus is [] (CPU) but %s needs GPUs; set "
                                 "llm_engine: llamacpp for a CPU profile, or name GPUs" % engine,
                                 variable="llm_gpus", engine=engine))
+    dense, model_dense = values.get("llm_dense"), values.get("llm_model_dense")
+    if engine in GPU_ENGINES and dense and model_dense and dense != model_dense \
+            and (model_dense, dense) not in DENSE_CONVERSIONS:
+        findings.append(finding("E_UNSUPPORTED", "llm_dense", "llm_dense is %r but the checkpoint is %s "
+                                "(llm_model_dense) and %s converts only bf16 to fp8 at load; serve a %s checkpoint "
+                                "(llm_model), or set llm_dense: %s" % (dense, model_dense, engine, dense, model_dense),
+                                variable="llm_dense", engine=engine))
     for name, applies, why, alternative in UNSUPPORTED.get(engine, []):
         if name in values and applies(values):
             findings.append(finding("E_UNSUPPORTED", name, "%s is %r on %s: %s; %s" % (

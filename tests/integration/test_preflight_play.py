@@ -58,7 +58,8 @@ def test_check_mode_runs_every_probe_and_changes_nothing(fleet):
 
 
 def test_cpu_profile_no_driver_and_no_venv_each_say_so(fleet):
-    fleet.host("cpu", None, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4")
+    fleet.host("cpu", None, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4",
+               llm_model_dense="q4", llm_reserve_gib=0, llm_kv_cap_gib=0)
     fleet.host("nodriver", None)
     fleet.host("novenv", "rtxpro6000x4-healthy.json", host_venv_python="/nonexistent/python3")
     fleet.host("fine", "rtxpro6000x4-healthy.json")
@@ -83,7 +84,7 @@ def test_cpu_profile_no_driver_and_no_venv_each_say_so(fleet):
 def test_bad_settings_stop_their_host_before_anything_changes(fleet):
     typo = fleet.host("typo", "rtxpro6000x4-healthy.json", llm_gpus="zero")
     long = fleet.host("long", "rtxpro6000x4-healthy.json", llm_context=1048576)
-    sglang = fleet.host("sglang", "rtxpro6000x4-healthy.json", llm_engine="sglang")
+    sglang = fleet.host("sglang", "rtxpro6000x4-healthy.json", llm_engine="sglang", llm_kv_cap_gib=0)
     fleet.host("fine", "rtxpro6000x4-healthy.json", llm_paralel=8)
     fleet.host("keyed", "rtxpro6000x4-healthy.json", llm_api_key=["sk-TOPSECRET-123"])
     result = fleet.run("site.yml", "--tags", "preflight", "-v")

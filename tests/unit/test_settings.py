@@ -11,8 +11,12 @@ with open(os.path.join(ROOT, "roles", "llm", "meta", "argument_specs.yml")) as f
     OPTIONS = yaml.safe_load(f)["argument_specs"]["main"]["options"]
 with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
     DEFAULTS = yaml.safe_load(f)
-DEFAULTS["llm_context"] = DEFAULTS["llm_model_max_context"]  # as templated
-CPU = dict(DEFAULTS, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4")
+# As Ansible templates them for the recipe's model.
+DEFAULTS.update(llm_context=DEFAULTS["llm_model_max_context"], llm_model_dense="fp8", llm_data_dir="/var/lib/gpuserve",
+                llm_hf_cache_dir="/var/lib/gpuserve/hf", llm_cache_dir="/var/lib/gpuserve/cache")
+CPU = dict(DEFAULTS, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4",
+           llm_model_dense="q4", llm_kv_cap_gib=0, llm_reserve_gib=0)
+SGLANG = dict(DEFAULTS, llm_engine="sglang", llm_media_urls="any", llm_kv_cap_gib=0)
 
 
 def check(base=None, **changes):
@@ -40,7 +44,7 @@ def test_the_recipe_defaults_are_valid():
     ("llm_parallel", 5000, "E_CONFIG", "1 to 1024"),
     ("llm_port", 0, "E_CONFIG", "1 to 65535"),
     ("llm_port", 70000, "E_CONFIG", "1 to 65535"),
-    ("llm_kv_cap_gib", 0, "E_CONFIG", "0.1 to any"),
+    ("llm_kv_cap_gib", -1, "E_CONFIG", "0 to any"),
     ("llm_reserve_gib", -1, "E_CONFIG", "0 to any"),
     ("llm_max_tokens", 0, "E_CONFIG", "1 to any"),
     # empty
@@ -71,22 +75,29 @@ def test_bad_setting_is_refused_with_its_code(name, value, code, allowed):
 
 
 @pytest.mark.parametrize("base, changes, subject", [
-    (None, dict(llm_engine="sglang"), "llm_media_urls"),          # SGLang cannot refuse http(s) URLs
+    (SGLANG, dict(llm_media_urls="data_only"), "llm_media_urls"),  # SGLang cannot refuse http(s) URLs
+    (SGLANG, dict(llm_kv_cap_gib=60), "llm_kv_cap_gib"),           # SGLang sizes its pool by fraction
     (None, dict(llm_gpus=[]), "llm_gpus"),                        # vLLM needs GPUs
-    (None, dict(llm_engine="sglang", llm_gpus=[], llm_media_urls="any"), "llm_gpus"),
+    (SGLANG, dict(llm_gpus=[]), "llm_gpus"),
+    (None, dict(llm_dense="q4"), "llm_dense"),                    # q4 needs a 4-bit checkpoint
+    (None, dict(llm_dense="bf16"), "llm_dense"),                  # no fp8 -> bf16 at load
     (CPU, dict(llm_kv="fp8"), "llm_kv"),                          # llama.cpp has no fp8 KV
     (CPU, dict(llm_vision=True), "llm_vision"),
-    (CPU, dict(llm_dense="fp8"), "llm_dense"),
+    (CPU, dict(llm_dense="fp8"), "llm_dense"),                    # the GGUF's quantization is fixed
+    (CPU, dict(llm_drafter="ngram"), "llm_drafter"),
+    (CPU, dict(llm_kv_cap_gib=60), "llm_kv_cap_gib"),
+    (CPU, dict(llm_reserve_gib=7.5), "llm_reserve_gib"),
 ])
 def test_engine_limits_are_e_unsupported_naming_engine_and_alternative(base, changes, subject):
     findings = check(base, **changes)
     assert [(f["code"], f["subject"]) for f in findings] == [("E_UNSUPPORTED", subject)]
-    assert "llm_engine" in findings[0]["message"] or "set " in findings[0]["message"]
+    assert "set " in findings[0]["message"]
     assert findings[0]["details"]["engine"] == dict(base or DEFAULTS, **changes)["llm_engine"]
 
 
-def test_sglang_with_any_media_urls_is_accepted():
-    assert check(llm_engine="sglang", llm_media_urls="any") == []
+def test_sglang_with_any_media_urls_and_no_kv_cap_is_accepted():
+    assert check(SGLANG) == []
+    assert check(llm_dense="fp8", llm_model_dense="bf16") == []  # vLLM quantizes bf16 to fp8 at load
     assert check(llm_vision=True, llm_media_urls=["example.com", "*.cdn.example.org"]) == []
 
 

@@ -1,0 +1,79 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+name: engine_command
+short_description: Render an engine profile's command line from the llm_ settings
+version_added: "0.1.0"
+description:
+  - Renders templates/<engine>.j2 for the engine named by C(llm_engine) and returns C(argv) (the container's
+    command), C(env) (its environment; the API key goes here, never on argv) and C(display) (the command as a
+    person would type it, with secrets shown as <variable name>).
+  - The same file provides C(engine_profile) (image, health endpoint and pool source of an engine).
+options:
+  _input:
+    description: The llm_ settings, by name.
+    type: dict
+    required: true
+  paths:
+    description: Container paths and knobs the template uses (model_dir, draft_dir, model_file, draft_file, dummy,
+      threads, batch_size).
+    type: dict
+    default: {}
+  facts:
+    description: Host facts (gpu_memory_total_mib, for the memory fraction that keeps llm_reserve_gib free).
+    type: dict
+    default: {}
+author:
+  - gpuserve.llm contributors (@gpuserve)
+"""
+
+EXAMPLES = r"""
+- name: The engine's command
+  ansible.builtin.set_fact:
+    service_command: "{{ settings | gpuserve.llm.engine_command({'model_dir': '/models/m'}, {'gpu_memory_total_mib': 97887}) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: argv (list), env (dict) and display (str).
+  type: dict
+"""
+
+import os
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpuserve.llm.plugins.module_utils import engines
+
+COLLECTION = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def engine_profile(engine):
+    if engine not in engines.PROFILES:
+        raise AnsibleFilterError("no engine profile %r; known: %s" % (engine, ", ".join(sorted(engines.PROFILES))))
+    return dict(engines.PROFILES[engine])
+
+
+def engine_command(settings, paths=None, facts=None):
+    settings = dict(settings)
+    profile = engine_profile(settings.get("llm_engine"))
+    paths = dict({"dummy": False}, **(paths or {}))
+    with open(os.path.join(COLLECTION, "templates", profile["template"])) as f:
+        template = f.read()
+    context = engines.command_context(settings, paths, facts)
+    try:
+        return engines.render(template, context, {"llm_api_key": settings.get("llm_api_key", "")})
+    except Exception as e:
+        raise AnsibleFilterError("rendering the %s command failed: %s" % (settings.get("llm_engine"), e))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"engine_command": engine_command, "engine_profile": engine_profile}

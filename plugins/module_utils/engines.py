@@ -1,0 +1,165 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+"""Engine profiles: how each engine's image is had, which endpoint means healthy, where its
+KV-pool figures come from, and how its command line is rendered (templates/<engine>.j2).
+
+The command templates are plain Jinja2 so that a reader sees the flags. Rendering gives three
+things: the argv for the container, its environment (where secrets go: never on argv), and the
+command as a person would type it, with secrets shown as <variable name>.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import re
+import shlex
+
+PROFILES = {
+    "vllm": {
+        "version": "0.26.0",
+        # The image names the version; pin its digest in llm_image (README).
+        "image": "vllm/vllm-openai:v0.26.0",
+        "template": "vllm.j2",
+        "gpu": True,
+        "health": {"path": "/health", "status": 200},
+        "pool": {"path": "/metrics", "parser": "vllm_metrics"},
+        "api_key_env": "VLLM_API_KEY",
+    },
+    "sglang": {
+        "version": "0.5.5",
+        "image": "lmsysorg/sglang:v0.5.5",
+        "template": "sglang.j2",
+        "gpu": True,
+        "health": {"path": "/health", "status": 200},
+        "pool": {"path": "/get_server_info", "parser": "sglang_server_info"},
+        # SGLang reads its key from --api-key only: a shell in the container expands it from the
+        # environment, so the key is on no argv that docker keeps.
+        "api_key_env": "GPUSERVE_API_KEY",
+    },
+    "llamacpp": {
+        "version": "Debian llama.cpp-tools",
+        "image": "",  # built from Debian's packages by the image stage
+        "template": "llamacpp.j2",
+        "gpu": False,
+        "health": {"path": "/health", "status": 200},
+        "pool": {"path": "/slots", "parser": "llamacpp_slots"},
+        "api_key_env": "LLAMA_API_KEY",
+    },
+}
+
+SECRET = "@@SECRET:%s@@"
+SECRET_RE = re.compile(r"@@SECRET:([a-z_]+)@@")
+ENV_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)=(.*)$")
+# A domain that never resolves (RFC 2606): allowing only it refuses every http(s) media URL,
+# while data: URLs always pass (ENGINES.md).
+NO_MEDIA_DOMAIN = "invalid"
+
+
+def to_json(value):
+    return json.dumps(value, separators=(", ", ": "), sort_keys=False)
+
+
+def render(template_text, context, secrets):
+    """Render a command template. `secrets`: {variable name: value}; they may appear only in env lines.
+
+    Returns {"argv", "env", "display"}.
+    """
+    from jinja2 import Environment, StrictUndefined  # the controller's Jinja2 (ansible-core's)
+
+    env = Environment(undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
+    env.filters["q"] = lambda v: shlex.quote(str(v))
+    env.filters["json"] = lambda v: shlex.quote(to_json(v))
+    env.globals["secret"] = lambda name: SECRET % name
+    text = env.from_string(template_text).render(**context)
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    environment, argv, display = {}, [], []
+    for line in lines:
+        m = ENV_LINE.match(line)
+        if m and not argv:
+            name, value = m.group(1), " ".join(shlex.split(m.group(2))) if m.group(2) else ""
+            environment[name] = SECRET_RE.sub(lambda s: str(secrets.get(s.group(1), "")), value)
+            display.append("%s=%s" % (name, SECRET_RE.sub(lambda s: "<%s>" % s.group(1), m.group(2))))
+            continue
+        if SECRET_RE.search(line):
+            raise ValueError("a secret would land on the command line: %s" % SECRET_RE.sub("<secret>", line))
+        argv.extend(shlex.split(line))
+        display.append(line)
+    shown = " \\\n  ".join(display[len(environment):])
+    prefix = "".join("%s \\\n" % d for d in display[:len(environment)])
+    return {"argv": argv, "env": environment, "display": prefix + shown + "\n"}
+
+
+def command_context(settings, paths, facts=None):
+    """What a template sees: the llm_ settings, the container paths, and values derived from them."""
+    facts = facts or {}
+    ctx = dict(settings)
+    ctx.update(paths)
+    gpus = settings.get("llm_gpus") or []
+    ctx["tp"] = len(gpus)
+    total = facts.get("gpu_memory_total_mib")
+    ctx["gpu_memory_fraction"] = (
+        round(1 - settings.get("llm_reserve_gib", 0) * 1024.0 / total, 4) if total else None)
+    ctx["kv_cache_bytes"] = int(settings.get("llm_kv_cap_gib", 0) * 1024 ** 3)
+    media = settings.get("llm_media_urls")
+    ctx["media_domains"] = ([NO_MEDIA_DOMAIN] if media == "data_only" else [] if media == "any" else list(media or []))
+    drafter = settings.get("llm_drafter")
+    ctx["drafter_kind"] = drafter if drafter in ("mtp", "ngram", "off") else "model"
+    ctx["api_key_set"] = bool(settings.get("llm_api_key"))
+    ctx["chat_template_kwargs"] = {"enable_thinking": bool(settings.get("llm_thinking"))}
+    if settings.get("llm_thinking"):
+        ctx["chat_template_kwargs"]["reasoning_effort"] = settings.get("llm_reasoning_effort")
+    return ctx
+
+
+# Pool figures: how many KV tokens the engine's pool holds, and how many are free now.
+
+def _prom_samples(text, name):
+    """(labels, value) for each sample of metric `name` in Prometheus text format."""
+    out = []
+    pattern = re.compile(r"^%s(\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)" % re.escape(name))
+    for line in text.splitlines():
+        m = pattern.match(line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group("labels") or ""))
+            out.append((labels, float(m.group("value"))))
+    return out
+
+
+def pool_vllm_metrics(metrics_text):
+    """vLLM /metrics: vllm:cache_config_info{num_gpu_blocks, block_size} and vllm:kv_cache_usage_perc."""
+    info = _prom_samples(metrics_text, "vllm:cache_config_info")
+    if not info:
+        return None
+    labels = info[0][0]
+    pool = int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+    usage = _prom_samples(metrics_text, "vllm:kv_cache_usage_perc")
+    used = max(v for _labels, v in usage) if usage else 0.0
+    return {"pool_tokens": pool, "free_tokens": int(round(pool * (1 - used)))}
+
+
+def pool_sglang_server_info(server_info, metrics_text=""):
+    """SGLang /get_server_info: max_total_num_tokens; free from /metrics sglang:token_usage when given."""
+    pool = server_info.get("max_total_num_tokens")
+    if pool is None:
+        states = server_info.get("internal_states") or [{}]
+        pool = states[0].get("max_total_num_tokens")
+    if pool is None:
+        return None
+    usage = _prom_samples(metrics_text, "sglang:token_usage") if metrics_text else []
+    used = max(v for _labels, v in usage) if usage else 0.0
+    return {"pool_tokens": int(pool), "free_tokens": int(round(pool * (1 - used)))}
+
+
+def pool_llamacpp_slots(slots):
+    """llama.cpp /slots: each slot's n_ctx; a slot that is processing has n_past of it in use."""
+    if not isinstance(slots, list) or not slots:
+        return None
+    pool = sum(int(s.get("n_ctx", 0)) for s in slots)
+    busy = 0
+    for s in slots:
+        if s.get("is_processing"):
+            busy += int(s.get("n_past") or (s.get("next_token") or [{}])[0].get("n_decoded", 0) or 0)
+    return {"pool_tokens": pool, "free_tokens": max(0, pool - busy)}

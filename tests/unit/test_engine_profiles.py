@@ -1,0 +1,204 @@
+"""Engine profiles: the recipe's command for vLLM, SGLang and llama.cpp (golden files), every vLLM flag
+in vLLM 0.26.0's own --help=all, secrets kept off argv, and the pool figures each engine reports."""
+import json
+import os
+import re
+import shlex
+
+import pytest
+import yaml
+
+from ansible_collections.gpuserve.llm.plugins.filter.engines import engine_command
+from ansible_collections.gpuserve.llm.plugins.module_utils import engines
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GOLDEN = os.path.join(ROOT, "tests", "golden")
+VLLM_HELP = os.path.join(ROOT, "tests", "fixtures", "vllm-0.26.0-serve-help.txt")
+UPDATE = os.environ.get("GPUSERVE_UPDATE_GOLDEN") == "1"
+
+with open(os.path.join(ROOT, "inventories", "example", "group_vars", "llm_hosts", "settings.yml")) as f:
+    EXAMPLE = yaml.safe_load(f)
+with open(os.path.join(ROOT, "inventories", "local", "group_vars", "llm_hosts", "settings.yml")) as f:
+    LOCAL = yaml.safe_load(f)
+with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
+    DEFAULTS = {k: v for k, v in yaml.safe_load(f).items() if "{{" not in str(v)}
+
+RECIPE = dict(DEFAULTS, **EXAMPLE)
+RECIPE.update(llm_api_key="sk-recipe-SECRET", llm_model_dense="fp8")
+MODEL = {"model_dir": "/models/zai-org/GLM-4.6V-FP8"}
+RTX_PRO_6000 = {"gpu_memory_total_mib": 97887}
+CASES = {
+    "vllm-recipe": (RECIPE, MODEL, RTX_PRO_6000),
+    # SGLang with the media setting it can honour, and its pool sized by fraction.
+    "sglang-recipe": (dict(RECIPE, llm_engine="sglang", llm_media_urls="any", llm_kv_cap_gib=0), MODEL, RTX_PRO_6000),
+    "llamacpp-cpu": (dict(DEFAULTS, **dict(LOCAL, llm_api_key="sk-recipe-SECRET", llm_model_dense=LOCAL["llm_dense"])),
+                     {"model_file": "/models/tiny/tiny.gguf", "threads": 2, "batch_size": 512}, {}),
+}
+
+
+def rendered(name):
+    settings, paths, facts = CASES[name]
+    return engine_command(settings, paths, facts)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_command_line(name):
+    out = rendered(name)
+    text = out["display"] + "\n# environment: %s\n" % ", ".join(sorted(out["env"]))
+    path = os.path.join(GOLDEN, "%s.cmd" % name)
+    if UPDATE:
+        with open(path, "w") as f:
+            f.write(text)
+    with open(path) as f:
+        assert text == f.read(), "regenerate with GPUSERVE_UPDATE_GOLDEN=1 and review the diff"
+    # What is displayed is what runs: the display (less its environment lines) parses back to argv.
+    shown = out["display"].split("\n")
+    command = "\n".join(line for line in shown if not re.match(r"^[A-Z_]+=", line))
+    assert shlex.split(command.replace("\\\n", " ")) == out["argv"]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_api_key_goes_to_the_environment_never_to_argv(name):
+    out = rendered(name)
+    assert "sk-recipe-SECRET" not in " ".join(out["argv"])
+    assert "sk-recipe-SECRET" not in out["display"]
+    assert "<llm_api_key>" in out["display"]
+    assert list(out["env"].values()) == ["sk-recipe-SECRET"]
+    assert list(out["env"]) == [engines.PROFILES[CASES[name][0]["llm_engine"]]["api_key_env"]]
+
+
+def test_no_api_key_no_environment():
+    settings, paths, facts = CASES["vllm-recipe"]
+    out = engine_command(dict(settings, llm_api_key=""), paths, facts)
+    assert out["env"] == {} and "<llm_api_key>" not in out["display"]
+
+
+def _help_flags():
+    with open(VLLM_HELP) as f:
+        text = f.read()
+    flags = set(re.findall(r"(?m)^\s+(--[a-z0-9][a-z0-9-]*)", text))
+    flags |= set(re.findall(r",\s+(--[a-z0-9][a-z0-9-]*)", text))
+    choices = {}
+    for flag, options in re.findall(r"(?m)^\s+(--[a-z0-9-]+)\s+\{([^}]+)\}", text):
+        choices[flag] = set(options.split(","))
+    return flags, choices
+
+
+@pytest.mark.parametrize("variant", [
+    {}, {"llm_drafter": "ngram"}, {"llm_drafter": "org/draft-model"}, {"llm_drafter": "off"},
+    {"llm_vision": False}, {"llm_media_urls": ["example.com"]}, {"llm_kv": "bf16"}, {"llm_kv_cap_gib": 0},
+    {"llm_model_dense": "bf16"}, {"llm_thinking": True}, {"llm_tool_call_parser": "glm47", "llm_reasoning_parser": "glm45"},
+])
+def test_every_vllm_flag_and_choice_is_in_vllm_0_26_help(variant):
+    flags, choices = _help_flags()
+    settings, paths, facts = CASES["vllm-recipe"]
+    out = engine_command(dict(settings, **variant), dict(paths, draft_dir="/models/org/draft-model", dummy=True), facts)
+    argv = out["argv"]
+    assert argv[:2] == ["vllm", "serve"]
+    used = [a for a in argv if a.startswith("--")]
+    assert [a for a in used if a not in flags] == []
+    for i, arg in enumerate(argv):
+        if arg in choices:
+            assert argv[i + 1] in choices[arg], (arg, argv[i + 1], sorted(choices[arg]))
+    assert {"--tool-call-parser", "--kv-cache-dtype"} <= set(choices)
+
+
+def test_vllm_recipe_flags_say_what_the_recipe_says():
+    argv = rendered("vllm-recipe")["argv"]
+    opts = dict(zip(argv, argv[1:]))
+    assert opts["--tensor-parallel-size"] == "4" and opts["--max-num-seqs"] == "40"
+    assert opts["--max-model-len"] == "131072" and opts["--kv-cache-dtype"] == "fp8"
+    assert json.loads(opts["--speculative-config"]) == {"method": "mtp", "num_speculative_tokens": 1}
+    assert opts["--tool-call-parser"] == "glm45" and opts["--reasoning-parser"] == "glm45"
+    assert json.loads(opts["--structured-outputs-config"]) == {"backend": "xgrammar"}
+    assert json.loads(opts["--default-chat-template-kwargs"]) == {"enable_thinking": False}
+    assert json.loads(opts["--override-generation-config"]) == {"top_k": 20, "max_new_tokens": 32768}
+    assert opts["--allowed-media-domains"] == "invalid"  # data: URLs only
+    assert opts["--kv-cache-memory-bytes"] == str(60 * 1024 ** 3)
+    assert float(opts["--gpu-memory-utilization"]) == pytest.approx(1 - 7.5 * 1024 / 97887, abs=1e-4)
+    assert "--quantization" not in opts  # the checkpoint is FP8 already
+    assert "--enable-auto-tool-choice" in argv and "--enable-prefix-caching" in argv
+
+
+def test_llamacpp_context_is_per_slot():
+    argv = rendered("llamacpp-cpu")["argv"]
+    opts = dict(zip(argv, argv[1:]))
+    assert int(opts["--ctx-size"]) == LOCAL["llm_context"] * LOCAL["llm_parallel"]
+    assert opts["--host"] == "127.0.0.1" and opts["--port"] == str(LOCAL["llm_port"])
+
+
+# Pool figures, from payloads in each engine's documented format (synthetic values).
+
+def test_pool_from_vllm_metrics():
+    text = """# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="fp8",enable_prefix_caching="True",num_gpu_blocks="81920"} 1.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="glm-4.6v"} 0.25
+"""
+    assert engines.pool_vllm_metrics(text) == {"pool_tokens": 1310720, "free_tokens": 983040}
+    assert engines.pool_vllm_metrics("# nothing\n") is None
+
+
+def test_pool_from_sglang_server_info():
+    info = {"max_total_num_tokens": 500000, "model_path": "/models/m"}
+    assert engines.pool_sglang_server_info(info) == {"pool_tokens": 500000, "free_tokens": 500000}
+    assert engines.pool_sglang_server_info({"internal_states": [{"max_total_num_tokens": 1000}]},
+                                           'sglang:token_usage{model_name="m"} 0.1\n') == \
+        {"pool_tokens": 1000, "free_tokens": 900}
+
+
+def test_pool_from_llamacpp_slots():
+    slots = [{"id": 0, "n_ctx": 2048, "is_processing": False},
+             {"id": 1, "n_ctx": 2048, "is_processing": True, "n_past": 300}]
+    assert engines.pool_llamacpp_slots(slots) == {"pool_tokens": 4096, "free_tokens": 3796}
+    assert engines.pool_llamacpp_slots({"error": "slots disabled"}) is None
+
+
+def _readme_engine_table():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    block = text.split("<!-- engine-table -->")[1].split("<!-- /engine-table -->")[0]
+    rows = [r.strip().strip("|").split("|") for r in block.strip().splitlines()[2:]]
+    return {r[0].strip(): dict(zip(("vllm", "sglang", "llamacpp"), (c.strip() for c in r[1:]))) for r in rows}
+
+
+# For each README cell that says "refused", a value of that setting the engine refuses.
+REFUSALS = {
+    ("`llm_gpus`", "vllm"): {"llm_gpus": []},
+    ("`llm_gpus`", "sglang"): {"llm_gpus": []},
+    ("`llm_dense`", "vllm"): {"llm_dense": "q4"},
+    ("`llm_dense`", "sglang"): {"llm_dense": "q4"},
+    ("`llm_dense`", "llamacpp"): {"llm_dense": "fp8"},
+    ("`llm_kv`", "llamacpp"): {"llm_kv": "fp8"},
+    ("`llm_drafter`", "llamacpp"): {"llm_drafter": "ngram"},
+    ("`llm_vision`", "llamacpp"): {"llm_vision": True},
+    ("`llm_media_urls`", "sglang"): {"llm_media_urls": "data_only"},
+    ("`llm_reserve_gib`", "llamacpp"): {"llm_reserve_gib": 7.5},
+    ("`llm_kv_cap_gib`", "sglang"): {"llm_kv_cap_gib": 60},
+    ("`llm_kv_cap_gib`", "llamacpp"): {"llm_kv_cap_gib": 60},
+}
+
+
+def test_readme_engine_table_refusals_are_what_validation_refuses():
+    from ansible_collections.gpuserve.llm.plugins.module_utils.settings import validate
+    with open(os.path.join(ROOT, "roles", "llm", "meta", "argument_specs.yml")) as f:
+        options = yaml.safe_load(f)["argument_specs"]["main"]["options"]
+    table = _readme_engine_table()
+    refused = {(row, engine) for row, cells in table.items() for engine, cell in cells.items() if "E_UNSUPPORTED" in cell}
+    assert refused == set(REFUSALS)
+    base = {"vllm": CASES["vllm-recipe"][0], "sglang": CASES["sglang-recipe"][0], "llamacpp": CASES["llamacpp-cpu"][0]}
+    for (row, engine), change in REFUSALS.items():
+        settings = dict(base[engine], llm_context=2048 if engine == "llamacpp" else 131072, **change)
+        settings.pop("llm_api_key")
+        codes = [(f["code"], f["details"].get("engine")) for f in validate(settings, options)]
+        assert ("E_UNSUPPORTED", engine) in codes, (row, engine, codes)
+
+
+def test_readme_engine_table_vllm_flags_are_real():
+    flags, _choices = _help_flags()
+    table = _readme_engine_table()
+    cited = set()
+    for cells in table.values():
+        cited |= set(re.findall(r"--[a-z0-9-]+", cells["vllm"]))
+    assert cited and [f for f in sorted(cited) if f not in flags] == []
