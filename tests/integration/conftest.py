@@ -73,6 +73,21 @@ def docker_host():
     subprocess.run([script, "stop"], check=False)
 
 
+@pytest.fixture(scope="session")
+def registry():
+    """A real local registry (Debian's docker-registry), started here and stopped after."""
+    script = os.path.join(TESTS, "testbed", "registry.sh")
+    address = subprocess.run([script, "start"], stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    yield address
+    subprocess.run([script, "stop"], check=False)
+
+
+def docker(docker_host, *args, **kwargs):
+    """The docker CLI against the test bed's daemon: test plumbing, never the collection's code path."""
+    return subprocess.run(["docker", "-H", docker_host] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, check=kwargs.get("check", True))
+
+
 class Fleet:
     """An inventory of local-connection hosts, one NVML scenario each, and a way to run playbooks."""
 
@@ -133,9 +148,15 @@ class Result:
         self.rc = proc.returncode
         self.output = proc.stdout
         self.workdir = workdir
+        with open(os.path.join(str(workdir), "ansible-playbook.log"), "a") as f:  # for a failing test's reader
+            f.write(proc.stdout)
         self.recap = {}
         for m in re.finditer(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", self.output, re.M):
             self.recap[m.group(1)] = dict(ok=int(m.group(2)), changed=int(m.group(3)), failed=int(m.group(5)))
+
+    def says(self, phrase):
+        """The phrase is in the output, however the callback wrapped its lines."""
+        return " ".join(phrase.split()) in " ".join(self.output.split())
 
     def report(self):
         with open(os.path.join(str(self.workdir), "reports", "preflight.json")) as f:
