@@ -74,6 +74,8 @@ start_testbed() {  # the test bed's own Docker daemon, stopped when this script 
   line=$(tests/testbed/dockerd.sh start) || return 1
   export GPUSERVE_TEST_DOCKER_HOST=${line#DOCKER_HOST=}
   export GPUSERVE_TEST_DOCKER_SOCKET=${GPUSERVE_TEST_DOCKER_HOST#unix://}
+  # The llama.cpp root from Debian's packages is kept between runs, as a workstation keeps it.
+  export GPUSERVE_TEST_IMAGE_CACHE=$PWD/.work/images-debian
   trap 'tests/testbed/dockerd.sh stop' EXIT
   echo "test bed daemon at $GPUSERVE_TEST_DOCKER_HOST"
 }
