@@ -46,6 +46,7 @@ _value:
   type: dict
 """
 
+import hashlib
 import os
 
 from ansible.errors import AnsibleFilterError
@@ -74,6 +75,32 @@ def engine_command(settings, paths=None, facts=None):
         raise AnsibleFilterError("rendering the %s command failed: %s" % (settings.get("llm_engine"), e))
 
 
+def patch_series(directory):
+    """The patch series in a folder, in order: a `series` file names it, else the *.patch names sorted.
+
+    Returns {"patches": [{"name", "path", "sha256"}], "sha256": hash of the names and contents in order}.
+    """
+    if not directory or not os.path.isdir(directory):
+        return {"patches": [], "sha256": hashlib.sha256(b"").hexdigest()}
+    series = os.path.join(directory, "series")
+    if os.path.exists(series):
+        with open(series) as f:
+            names = [line.split("#")[0].strip() for line in f if line.split("#")[0].strip()]
+    else:
+        names = sorted(n for n in os.listdir(directory) if n.endswith((".patch", ".diff")))
+    total = hashlib.sha256()
+    patches = []
+    for name in names:
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            raise AnsibleFilterError("E_PATCH: %s names %s, which is not in %s" % (series, name, directory))
+        with open(path, "rb") as f:
+            data = f.read()
+        total.update(name.encode() + b"\0" + data + b"\0")
+        patches.append({"name": name, "path": path, "sha256": hashlib.sha256(data).hexdigest()})
+    return {"patches": patches, "sha256": total.hexdigest()}
+
+
 class FilterModule(object):
     def filters(self):
-        return {"engine_command": engine_command, "engine_profile": engine_profile}
+        return {"engine_command": engine_command, "engine_profile": engine_profile, "patch_series": patch_series}

@@ -89,3 +89,84 @@ def test_llamacpp_image_from_debian_packages_built_once_and_named_by_version(fle
     assert second.rc == 0 and second.says("%s is sha256:" % tag) and second.says("(already here)"), second
     assert not second.says("not pinned")
     assert all(r["changed"] == 0 for r in second.recap.values()), second
+
+
+def _git(cwd, *args):
+    import subprocess
+    return subprocess.run(["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t"] + list(args), cwd=str(cwd),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def engine_repo(tmp_path):
+    """A real git repository (a stand-in engine: a Dockerfile), a pinned commit, and a patch series
+    made with git format-patch, the second patch depending on the first."""
+    repo = tmp_path / "engine-src"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "engine.txt").write_text("engine v1\n")
+    (repo / "Dockerfile").write_text('FROM scratch\nCOPY engine.txt /engine.txt\nLABEL engine.feature="base"\n')
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "base")
+    base = _git(repo, "rev-parse", "HEAD")
+    (repo / "Dockerfile").write_text('FROM scratch\nCOPY engine.txt /engine.txt\nLABEL engine.feature="a"\n')
+    _git(repo, "commit", "-qam", "feature a")
+    (repo / "Dockerfile").write_text('FROM scratch\nCOPY engine.txt /engine.txt\nLABEL engine.feature="a+b"\n')
+    _git(repo, "commit", "-qam", "feature b")
+    patches = tmp_path / "patches"
+    _git(repo, "format-patch", "-q", "-o", str(patches), base)
+    _git(repo, "reset", "-q", "--hard", base)
+    return repo, base, patches
+
+
+def test_build_at_commit_with_patch_series_labelled_and_not_rebuilt(fleet, engine_repo, docker_host):
+    repo, base, patches = engine_repo
+    fleet.host("gpu1", "rtxpro6000x4-healthy.json", image_source="build", image_git_repo=str(repo),
+               image_git_commit=base, image_patch_dir=str(patches), image_build_repo="gpuserve-test/engine",
+               image_build_dockerfile="Dockerfile", image_build_target="")
+    first = fleet.run("site.yml", "--tags", "image")
+    assert first.rc == 0, first
+    tag = [t for t in docker(docker_host, "images", "--format", "{{.Repository}}:{{.Tag}}", "gpuserve-test/engine")
+           .stdout.split() if t.startswith("gpuserve-test/engine:%s-" % base[:12])]
+    assert len(tag) == 1, first
+    labels = docker(docker_host, "image", "inspect", "--format", "{{json .Config.Labels}}", tag[0]).stdout
+    assert '"engine.feature":"a+b"' in labels  # both patches, in order
+    assert '"gpuserve.llm.commit":"%s"' % base in labels
+    assert '"gpuserve.llm.series":"0001-feature-a.patch 0002-feature-b.patch"' in labels
+    assert first.says("(built now, log:")
+    assert "Step 2/" in (fleet.dir / "gpu1" / "data" / "image-build" / "vllm" / "build.log").read_text()
+    second = fleet.run("site.yml", "--tags", "image")
+    assert second.rc == 0 and second.says("(already here)"), second
+    assert second.recap["gpu1"]["changed"] == 0, second
+    docker(docker_host, "rmi", tag[0], check=False)
+
+
+def test_a_patch_that_does_not_apply_is_e_patch_naming_it(fleet, engine_repo):
+    repo, base, patches = engine_repo
+    (patches / "0003-stale.patch").write_text(
+        "--- a/Dockerfile\n+++ b/Dockerfile\n@@ -1,3 +1,3 @@\n FROM scratch\n-COPY nothing.txt /\n+COPY other.txt /\n"
+        " LABEL engine.feature=\"a+b\"\n")
+    fleet.host("gpu1", "rtxpro6000x4-healthy.json", image_source="build", image_git_repo=str(repo),
+               image_git_commit=base, image_patch_dir=str(patches), image_build_repo="gpuserve-test/engine",
+               image_build_dockerfile="Dockerfile", image_build_target="")
+    result = fleet.run("site.yml", "--tags", "image")
+    assert result.rc == 2, result
+    assert result.says("E_PATCH [error] gpu1 0003-stale.patch: patch 0003-stale.patch (number 3 of the series) "
+                       "does not apply"), result
+
+
+def test_a_failed_build_is_e_build_with_the_log_end(fleet, engine_repo):
+    repo, base, patches = engine_repo
+    (patches / "series").write_text("0001-feature-a.patch\n")  # the series file rules: 0002 is left out
+    _git(repo, "rm", "-q", "engine.txt")  # the Dockerfile still copies it
+    _git(repo, "commit", "-qm", "broken")
+    broken = _git(repo, "rev-parse", "HEAD")
+    fleet.host("gpu1", "rtxpro6000x4-healthy.json", image_source="build", image_git_repo=str(repo),
+               image_git_commit=broken, image_patch_dir=str(patches), image_build_repo="gpuserve-test/engine",
+               image_build_dockerfile="Dockerfile", image_build_target="")
+    result = fleet.run("site.yml", "--tags", "image")
+    assert result.rc == 2, result
+    assert result.says("E_BUILD [error] gpu1 gpuserve-test/engine:%s-" % broken[:12]), result
+    assert result.says("engine.txt"), result  # the daemon's words about the missing file
+    log = fleet.dir / "gpu1" / "data" / "image-build" / "vllm" / "build.log"
+    assert "COPY engine.txt" in log.read_text()  # the full log is kept on the host
