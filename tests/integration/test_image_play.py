@@ -170,3 +170,42 @@ def test_a_failed_build_is_e_build_with_the_log_end(fleet, engine_repo):
     assert result.says("engine.txt"), result  # the daemon's words about the missing file
     log = fleet.dir / "gpu1" / "data" / "image-build" / "vllm" / "build.log"
     assert "COPY engine.txt" in log.read_text()  # the full log is kept on the host
+
+
+@pytest.fixture
+def second_daemon(tmp_path):
+    """Another test-bed daemon with its own data root: a second host that shares nothing with the first."""
+    import subprocess
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testbed", "dockerd.sh")
+    env = dict(os.environ, GPUSERVE_TESTBED_STATE=str(tmp_path / "docker2"))
+    line = subprocess.run([script, "start"], env=env, stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    yield line.split("=", 1)[1]
+    subprocess.run([script, "stop"], env=env, check=False)
+
+
+def test_hosts_without_a_registry_load_the_copy_saved_through_the_workstation(fleet, docker_host, second_daemon,
+                                                                              tmp_path):
+    import subprocess
+    ref = "gpuserve-test/offline-engine:v%d" % int(time.time())
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = b"an engine no registry has\n"
+        info = tarfile.TarInfo("engine.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    subprocess.run(["docker", "-H", docker_host, "import", "-", ref], input=buf.getvalue(), stdout=subprocess.PIPE,
+                   check=True)
+    cache = tmp_path / "saved"
+    fleet.host("first", "rtxpro6000x4-healthy.json", llm_image=ref, image_distribute="workstation",
+               image_distribute_cache=str(cache))
+    fleet.host("second", "rtxpro6000x4-healthy.json", llm_image=ref, image_distribute="workstation",
+               image_distribute_cache=str(cache), llm_docker_host=second_daemon)
+    result = fleet.run("site.yml", "--tags", "image")
+    assert result.rc == 0, result
+    assert result.says("(loaded from the copy saved on first)"), result
+    ids = [docker(h, "image", "inspect", "--format", "{{.Id}}", ref).stdout.strip() for h in (docker_host, second_daemon)]
+    assert ids[0] == ids[1] and ids[0].startswith("sha256:")
+    assert list(cache.iterdir()), "the saved image is kept on the workstation"
+    again = fleet.run("site.yml", "--tags", "image")
+    assert again.rc == 0 and all(r["changed"] == 0 for r in again.recap.values()), again
+    docker(docker_host, "rmi", ref, check=False)
