@@ -18,13 +18,13 @@ description:
   - Meant for a fresh checkout at the pinned commit (the image stage resets it before a build).
 author:
   - gpuserve.llm contributors (@gpuserve)
+extends_documentation_fragment:
+  - gpuserve.llm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Checks every patch in order with C(git apply --check) against the unpatched tree and applies nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 options:
   path:

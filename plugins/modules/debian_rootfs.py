@@ -20,13 +20,13 @@ description:
   - Needs root and debootstrap where it runs (the workstation).
 author:
   - gpuserve.llm contributors (@gpuserve)
+extends_documentation_fragment:
+  - gpuserve.llm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Reports whether a tarball would be built; builds nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 options:
   name:

@@ -27,13 +27,13 @@ author:
   - gpuserve.llm contributors (@gpuserve)
 requirements:
   - nvidia-ml-py on the interpreter that runs the module (the host_venv role installs it)
+extends_documentation_fragment:
+  - gpuserve.llm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 options:
   gpus:

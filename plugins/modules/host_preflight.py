@@ -21,13 +21,13 @@ description:
   - Returns findings as data; the calling role decides what stops a host. Changes nothing.
 author:
   - gpuserve.llm contributors (@gpuserve)
+extends_documentation_fragment:
+  - gpuserve.llm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 options:
   gpu_bus_ids:

@@ -21,9 +21,10 @@ description:
     setuptools or packaging there.
 author:
   - gpuserve.llm contributors (@gpuserve)
+extends_documentation_fragment:
+  - gpuserve.llm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details:
       - Reports what would be made and installed, and changes nothing at O(path).
@@ -31,7 +32,6 @@ attributes:
         RV(interpreter) and RV(scratch), so that read-only checks can run in check mode on a fresh host.
         The caller removes RV(scratch).
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 options:
   path:

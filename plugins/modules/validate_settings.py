@@ -22,13 +22,13 @@ description:
     (options with no_log) are never shown.
 author:
   - gpuserve.llm contributors (@gpuserve)
+extends_documentation_fragment:
+  - gpuserve.llm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   action:
     description: Runs on the controller as an action plugin; nothing is sent to the host.

@@ -3,6 +3,7 @@ not pulled again on a rerun, E_IMAGE when the digest is wrong, nothing pulled in
 import io
 import os
 import re
+import subprocess
 import tarfile
 import time
 
@@ -11,20 +12,23 @@ import pytest
 from conftest import docker
 
 
+def import_tiny_image(docker_host, ref, text):
+    """A one-file image made with `docker import`: a stand-in engine, quick to push, save and load."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = text.encode()
+        info = tarfile.TarInfo("engine.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    subprocess.run(["docker", "-H", docker_host, "import", "-", ref], input=buf.getvalue(), stdout=subprocess.PIPE,
+                   check=True)
+
+
 @pytest.fixture
 def pushed_image(registry, docker_host):
     """A tiny image pushed to the local registry and removed from the daemon: (repo, digest)."""
     repo = "%s/gpuserve-test/engine-%d" % (registry, int(time.time() * 1000))
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        data = b"a stand-in engine image for the image stage tests\n"
-        info = tarfile.TarInfo("engine.txt")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    subprocess_input = buf.getvalue()
-    import subprocess
-    subprocess.run(["docker", "-H", docker_host, "import", "-", repo + ":v1"], input=subprocess_input,
-                   stdout=subprocess.PIPE, check=True)
+    import_tiny_image(docker_host, repo + ":v1", "a stand-in engine image for the image stage tests\n")
     pushed = docker(docker_host, "push", repo + ":v1").stdout
     digest = [w for w in pushed.split() if w.startswith("sha256:")][-1]
     docker(docker_host, "rmi", repo + ":v1")
@@ -92,7 +96,6 @@ def test_llamacpp_image_from_debian_packages_built_once_and_named_by_version(fle
 
 
 def _git(cwd, *args):
-    import subprocess
     return subprocess.run(["git", "-c", "user.email=t@example.invalid", "-c", "user.name=t"] + list(args), cwd=str(cwd),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True).stdout.strip()
 
@@ -175,7 +178,6 @@ def test_a_failed_build_is_e_build_with_the_log_end(fleet, engine_repo):
 @pytest.fixture
 def second_daemon(tmp_path):
     """Another test-bed daemon with its own data root: a second host that shares nothing with the first."""
-    import subprocess
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "testbed", "dockerd.sh")
     env = dict(os.environ, GPUSERVE_TESTBED_STATE=str(tmp_path / "docker2"))
     line = subprocess.run([script, "start"], env=env, stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
@@ -185,16 +187,8 @@ def second_daemon(tmp_path):
 
 def test_hosts_without_a_registry_load_the_copy_saved_through_the_workstation(fleet, docker_host, second_daemon,
                                                                               tmp_path):
-    import subprocess
     ref = "gpuserve-test/offline-engine:v%d" % int(time.time())
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        data = b"an engine no registry has\n"
-        info = tarfile.TarInfo("engine.txt")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    subprocess.run(["docker", "-H", docker_host, "import", "-", ref], input=buf.getvalue(), stdout=subprocess.PIPE,
-                   check=True)
+    import_tiny_image(docker_host, ref, "an engine no registry has\n")
     cache = tmp_path / "saved"
     fleet.host("first", "rtxpro6000x4-healthy.json", llm_image=ref, image_distribute="workstation",
                image_distribute_cache=str(cache))
