@@ -33,9 +33,8 @@ VARIANTS = {
 
 out = {}
 for name, change in VARIANTS.items():
-    rendered = engine_command(dict(RECIPE, **change), {"model_dir": "/models/zai-org/GLM-4.6V-FP8",
-                                                        "draft_dir": "/models/org/draft-model", "dummy": True},
-                              {"gpu_memory_total_mib": 143771})
+    paths = {"model_dir": "/models/zai-org/GLM-4.6V-FP8", "draft_dir": "/models/org/draft-model", "dummy": True}
+    rendered = engine_command(dict(RECIPE, **change), paths, {"gpu_memory_total_mib": 143771})
     out[name] = {"argv": rendered["argv"], "env": sorted(rendered["env"])}
 json.dump(out, sys.stdout, indent=1)
 print()

@@ -202,3 +202,14 @@ def test_readme_engine_table_vllm_flags_are_real():
     for cells in table.values():
         cited |= set(re.findall(r"--[a-z0-9-]+", cells["vllm"]))
     assert cited and [f for f in sorted(cited) if f not in flags] == []
+
+
+def test_the_argv_checked_by_vllm_on_the_gpu_is_what_the_template_renders_now():
+    """tests/gpu/vllm-argv.json went through vLLM 0.26.0's own parser (tests/gpu/RESULTS.md); a template
+    change must regenerate it (python3 tests/gpu/render_vllm_argv.py) and rerun that check."""
+    import subprocess
+    import sys
+    rendered = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "gpu", "render_vllm_argv.py")],
+                              stdout=subprocess.PIPE, text=True, check=True).stdout
+    with open(os.path.join(ROOT, "tests", "gpu", "vllm-argv.json")) as f:
+        assert json.loads(rendered) == json.load(f)
