@@ -94,6 +94,8 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
+
 
 def installed_version(root, package):
     with open(os.path.join(root, "var", "lib", "dpkg", "status")) as f:
@@ -102,6 +104,12 @@ def installed_version(root, package):
             if fields.get("Package") == package and "installed" in fields.get("Status", ""):
                 return fields["Version"]
     return None
+
+
+def fail(module, subject, message, **extra):
+    """Fail with the E_IMAGE finding: the message names the thing and says what to do."""
+    f = finding("E_IMAGE", subject, message)
+    module.fail_json(msg="E_IMAGE: %s. Fix: %s" % (message, f["fix"]), finding=f, **extra)
 
 
 def docker_tag(version):
@@ -138,17 +146,17 @@ def main():
         argv = [debootstrap, "--variant=minbase", "--include=%s" % ",".join(p["packages"]), p["suite"], work, p["mirror"]]
         rc, out, err = module.run_command(argv)
         if rc != 0:
-            module.fail_json(msg="E_IMAGE: debootstrap %s failed (rc %d): %s" % (
-                p["suite"], rc, "\n".join((err or out).strip().splitlines()[-10:])), command=argv, rc=rc)
+            fail(module, "debootstrap %s" % p["suite"], "debootstrap %s from %s failed (rc %d): %s" % (
+                p["suite"], p["mirror"], rc, "\n".join((err or out).strip().splitlines()[-10:])), command=argv, rc=rc)
         version = installed_version(work, p["version_of"])
         if not version:
-            module.fail_json(msg="E_IMAGE: %s is not installed in the %s root" % (p["version_of"], p["suite"]))
+            fail(module, p["version_of"], "%s is not installed in the %s root" % (p["version_of"], p["suite"]))
         for junk in glob.glob(os.path.join(work, "var", "cache", "apt", "archives", "*.deb")):
             os.remove(junk)
         tarball = os.path.join(p["cache_dir"], "%s-%s.tar" % (p["name"], version))
         rc, out, err = module.run_command(["tar", "-C", work, "-cf", tarball + ".part", "."])
         if rc != 0:
-            module.fail_json(msg="E_IMAGE: packing the root failed: %s" % err)
+            fail(module, tarball, "packing the root into %s failed: %s" % (tarball, err))
         os.rename(tarball + ".part", tarball)
     finally:
         shutil.rmtree(work, ignore_errors=True)
