@@ -84,6 +84,9 @@ CODES = {
     "E_BUILD": (
         ERROR, "the engine build failed (log end)",
         "Read the end of the build log shown and the full log on the host; fix the cause and rerun the image stage."),
+    "E_WEIGHTS": (
+        ERROR, "the model folder could not be made or read on the host (path, cause)",
+        "Check that the connecting user can write llm_data_dir on the host (or set ansible_become), then rerun the weights stage."),
     "E_AUTH": (
         ERROR, "the Hugging Face token is missing or refused",
         "Put a valid token in Ansible Vault (llm_hf_token) and accept the model's licence on the hub."),

@@ -33,9 +33,24 @@ RANGES = {
     "llm_default_top_k": (0, None),
 }
 
+def _dummy(s):
+    return s.get("llm_weights") == "dummy"
+
+
+# The dummy model folder (vLLM, SGLang) is a text model with an MTP layer and no draft model.
+_DUMMY_FOLDER = [
+    ("llm_vision", lambda s: _dummy(s) and bool(s.get("llm_vision")),
+     "the dummy model folder is a text-only GLM-4.5-Air-shaped model (no vision tower)",
+     "set llm_vision: false for burn-in, or llm_weights: hub"),
+    ("llm_drafter", lambda s: _dummy(s) and s.get("llm_drafter") not in DRAFTER_METHODS,
+     "dummy mode makes no draft model folder for this engine",
+     "set llm_drafter: mtp (the dummy config has an MTP layer), ngram or off, or llm_weights: hub"),
+]
+
 # What an engine cannot do: (setting, predicate on the settings, why, the alternative).
 UNSUPPORTED = {
-    "sglang": [
+    "vllm": list(_DUMMY_FOLDER),
+    "sglang": list(_DUMMY_FOLDER) + [
         ("llm_media_urls", lambda s: s.get("llm_vision") and s.get("llm_media_urls") != "any",
          "SGLang has no way to refuse http(s) media URLs",
          "set llm_media_urls: any to serve on SGLang (it fetches any URL), or llm_engine: vllm"),
@@ -56,6 +71,9 @@ UNSUPPORTED = {
         ("llm_drafter", lambda s: s.get("llm_drafter") == "ngram",
          "the llama.cpp profile has no n-gram drafting",
          "set llm_drafter: off, mtp or a draft GGUF repo, or llm_engine: vllm"),
+        ("llm_drafter", lambda s: _dummy(s) and s.get("llm_drafter") == "mtp",
+         "the dummy GGUF has no MTP head",
+         "set llm_drafter to a draft repo name (a second dummy GGUF is made as the draft model) or off"),
         ("llm_kv_cap_gib", lambda s: s.get("llm_kv_cap_gib", 0) > 0,
          "the llama.cpp profile runs on the CPU: its cache is sized by llm_context x llm_parallel, not in GiB",
          "set llm_kv_cap_gib: 0"),

@@ -40,14 +40,19 @@ def host_requirements():
 
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory):
-    """The test hosts' wheelhouse: requirements-host.txt's wheels (downloaded once into .work/) + the double."""
-    cache = os.path.join(ROOT, ".work", "wheelhouse")
+    """The local hosts' wheelhouse: requirements-host.txt's wheels for the Python their virtualenvs
+    are made with (host_venv_python: python3), downloaded once into .work/, + the double."""
+    version = subprocess.run(["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    cache = os.path.join(ROOT, ".work", "wheelhouse-py" + version)
     stamp = os.path.join(cache, ".stamp")
     with open(os.path.join(ROOT, "requirements-host.txt")) as f:
         wanted = f.read()
     if not os.path.exists(stamp) or open(stamp).read() != wanted:
+        shutil.rmtree(cache, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                        "--only-binary=:all:", "-r", os.path.join(ROOT, "requirements-host.txt"), "-d", cache],
+                        "--only-binary=:all:", "--python-version", version,
+                        "-r", os.path.join(ROOT, "requirements-host.txt"), "-d", cache],
                        check=True)
         with open(stamp, "w") as f:
             f.write(wanted)

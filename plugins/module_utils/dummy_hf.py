@@ -1,0 +1,187 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+"""A model folder for vLLM / SGLang burn-in with `--load-format dummy`: the architecture's
+config.json (the engine allocates and fills the weights itself), generation_config.json, and a
+tokenizer (tokenizer.json + tokenizer_config.json with the chat template) carrying the model
+family's special tokens at the ids the real tokenizer gives them, so that the engine's tool-call
+and reasoning parsers (vLLM's and SGLang's glm45) find them. No weight files: nothing to
+download, nothing to verify.
+
+Standard library only: it runs on the host with any Python.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+from ansible_collections.gpuserve.llm.plugins.module_utils.dummy_gguf import vocabulary
+
+# GLM-4.5-Air (zai-org/GLM-4.5-Air config.json): 1 dense + 45 MoE layers, 128 routed experts
+# (8 active) + 1 shared, one MTP layer. GLM-4.6V's language model has the same shapes.
+PRESETS = {
+    "glm4_moe": {
+        "architectures": ["Glm4MoeForCausalLM"],
+        "model_type": "glm4_moe",
+        "attention_bias": True,
+        "attention_dropout": 0.0,
+        "head_dim": 128,
+        "hidden_act": "silu",
+        "hidden_size": 4096,
+        "initializer_range": 0.02,
+        "intermediate_size": 10944,
+        "max_position_embeddings": 131072,
+        "moe_intermediate_size": 1408,
+        "n_group": 1,
+        "n_routed_experts": 128,
+        "n_shared_experts": 1,
+        "norm_topk_prob": True,
+        "num_attention_heads": 96,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 1,
+        "num_hidden_layers": 46,
+        "num_key_value_heads": 8,
+        "num_nextn_predict_layers": 1,
+        "partial_rotary_factor": 0.5,
+        "rms_norm_eps": 1e-05,
+        "rope_scaling": None,
+        "rope_theta": 1000000,
+        "routed_scaling_factor": 1.0,
+        "tie_word_embeddings": False,
+        "topk_group": 1,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "use_qk_norm": False,
+        "vocab_size": 151552,
+    },
+}
+
+# GLM-4.5's special tokens (zai-org/GLM-4.5 tokenizer_config.json), in the real order. They get
+# the ids right after the small byte-level vocabulary (the `tokenizers` library numbers added
+# tokens after the model's vocabulary), all below the config's vocab_size.
+GLM_SPECIAL = [
+    "<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>",
+    "<|assistant|>", "<|observation|>", "<|begin_of_image|>", "<|end_of_image|>",
+    "<|begin_of_video|>", "<|end_of_video|>", "<|begin_of_audio|>", "<|end_of_audio|>",
+    "<|begin_of_transcription|>", "<|end_of_transcription|>", "<|code_prefix|>",
+    "<|code_middle|>", "<|code_suffix|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+    "<tool_response>", "</tool_response>", "<arg_key>", "</arg_key>", "<arg_value>",
+    "</arg_value>", "/nothink", "<|begin_of_box|>", "<|end_of_box|>", "<|image|>", "<|video|>",
+]
+# The real generation_config's stop tokens.
+GLM_STOP = ["<|endoftext|>", "<|user|>", "<|observation|>"]
+# Shown in the text (not "special" to the decoder): the parsers read them from the output.
+GLM_VISIBLE = {"<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
+               "</tool_response>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "/nothink"}
+
+
+def model_config(preset="glm4_moe", layers=None, overrides=None):
+    """config.json: a preset's shapes, or the given config, with the layer count adjustable."""
+    if preset not in PRESETS:
+        raise ValueError("unknown dummy config preset %r; known: %s" % (preset, ", ".join(sorted(PRESETS))))
+    config = dict(PRESETS[preset])
+    config.update(overrides or {})
+    if layers:
+        layers = int(layers)
+        dense = int(config.get("first_k_dense_replace", 0))
+        if layers <= dense:
+            raise ValueError("layers must exceed the %d dense layer(s) so that the MoE layers exist" % dense)
+        config["num_hidden_layers"] = layers
+    specials = special_tokens(config)
+    config["eos_token_id"] = [specials[t] for t in GLM_STOP]
+    config["pad_token_id"] = specials["<|endoftext|>"]
+    return config
+
+
+def base_vocabulary():
+    """The byte-level BPE part: byte tokens and word merges (no special tokens)."""
+    tokens, _types, merges = vocabulary()
+    base = [t for t in tokens if not (t.startswith("<") and t.endswith(">") and len(t) > 1)]
+    vocab = dict((t, i) for i, t in enumerate(base))
+    return vocab, [m for m in merges if all(p in vocab for p in m.split(" "))]
+
+
+def special_tokens(config):
+    """{text: id} for the family's special tokens."""
+    if config.get("model_type") != "glm4_moe":
+        raise ValueError("no tokenizer for model_type %r: the dummy tokenizer knows glm4_moe" % config.get("model_type"))
+    first = len(base_vocabulary()[0])
+    return dict((text, first + i) for i, text in enumerate(GLM_SPECIAL))
+
+
+def tokenizer_json(config):
+    """A byte-level BPE tokenizer (Hugging Face `tokenizers` format) with the special tokens."""
+    vocab, base_merges = base_vocabulary()
+    added = [
+        {"id": i, "content": text, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": text not in GLM_VISIBLE}
+        for text, i in sorted(special_tokens(config).items(), key=lambda kv: kv[1])
+    ]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": False, "vocab": vocab, "merges": base_merges},
+    }
+
+
+def tokenizer_config(config, chat_template):
+    specials = special_tokens(config)
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": int(config.get("max_position_embeddings", 131072)),
+        "padding_side": "left",
+        "clean_up_tokenization_spaces": False,
+        "do_lower_case": False,
+        "eos_token": "<|endoftext|>",
+        "pad_token": "<|endoftext|>",
+        "extra_special_tokens": {},
+        "added_tokens_decoder": dict(
+            (str(i), {"content": text, "lstrip": False, "normalized": False, "rstrip": False,
+                      "single_word": False, "special": text not in GLM_VISIBLE})
+            for text, i in sorted(specials.items(), key=lambda kv: kv[1])),
+        "chat_template": chat_template,
+    }
+
+
+def generation_config(config):
+    return {
+        "_from_model_config": False,
+        "eos_token_id": config.get("eos_token_id"),
+        "pad_token_id": config.get("pad_token_id"),
+        "do_sample": True,
+        "temperature": 1.0,
+        "top_p": 0.95,
+    }
+
+
+def folder_files(chat_template, preset="glm4_moe", layers=None, overrides=None):
+    """{file name: text} of the model folder. Same inputs, same bytes."""
+    config = model_config(preset, layers, overrides)
+    files = {
+        "config.json": config,
+        "generation_config.json": generation_config(config),
+        "tokenizer.json": tokenizer_json(config),
+        "tokenizer_config.json": tokenizer_config(config, chat_template),
+        "special_tokens_map.json": {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
+    }
+    return dict((n, json.dumps(v, indent=2, sort_keys=True, ensure_ascii=False) + "\n") for n, v in files.items())
+
+
+def describe(config):
+    """What the folder is, for the module's result and the reports."""
+    return {
+        "architecture": config["architectures"][0], "layers": config["num_hidden_layers"],
+        "hidden_size": config["hidden_size"], "experts": config.get("n_routed_experts"),
+        "mtp_layers": config.get("num_nextn_predict_layers", 0), "vocab_size": config["vocab_size"],
+    }
+

@@ -1,0 +1,182 @@
+"""The weights stage's dummy mode for real: the tiny GGUF made on a host by the playbook, then served
+by Debian's llama-server in a container (the command rendered from templates/llamacpp.j2), with the
+checks a burn-in must pass: plain replies, streaming, json_schema, json_object, forced and automatic
+tool calls whose arguments parse, concurrent = sequential under greedy decoding, and a second seed
+as a draft model (draft-simple) giving the same replies."""
+import concurrent.futures
+import hashlib
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import yaml
+
+from ansible_collections.gpuserve.llm.plugins.filter.engines import engine_command
+from conftest import ROOT, docker
+
+MODEL = "gpuserve/tiny-llama-dummy"
+DRAFT = "gpuserve/tiny-llama-draft"
+API_KEY = "sk-burn-in-test"
+CPU = dict(llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4", llm_model_dense="q4",
+           llm_reserve_gib=0, llm_kv_cap_gib=0, llm_weights="dummy", llm_model=MODEL, llm_model_max_context=8192,
+           llm_context=2048, llm_max_tokens=256, llm_parallel=4, llm_host="127.0.0.1", llm_served_model_name="tiny")
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"]}}},
+    {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}}},
+]
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                           "tags": {"type": "array", "items": {"type": "string"}}},
+          "required": ["name", "age", "tags"]}
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class Engine:
+    """llama-server in a container on the test bed's daemon, started from the rendered command."""
+
+    def __init__(self, docker_host, image, name, port, model_dir, draft_dir=None):
+        with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
+            settings = {k: v for k, v in yaml.safe_load(f).items() if "{{" not in str(v)}
+        settings.update(CPU, llm_port=port, llm_api_key=API_KEY, llm_drafter=DRAFT if draft_dir else "off")
+        paths = {"model_file": "/models/main/model.gguf", "draft_file": "/models/draft/model.gguf", "threads": 2}
+        command = engine_command(settings, paths, {})
+        args = ["run", "-d", "--name", name, "--network", "host", "-v", "%s:/models/main:ro" % model_dir]
+        if draft_dir:
+            args += ["-v", "%s:/models/draft:ro" % draft_dir]
+        for key, value in command["env"].items():
+            args += ["-e", "%s=%s" % (key, value)]
+        self.docker_host, self.name, self.url = docker_host, name, "http://127.0.0.1:%d" % port
+        docker(docker_host, "rm", "-f", name, check=False)
+        docker(docker_host, *(args + [image] + command["argv"]))
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.3)
+        raise AssertionError("llama-server not healthy in 60 s:\n" + docker(docker_host, "logs", name, check=False).stdout[-3000:])
+
+    def chat(self, content="Say hello.", **body):
+        request = dict(model="tiny", messages=[{"role": "user", "content": content}], temperature=0, max_tokens=120)
+        request.update(body)
+        req = urllib.request.Request(self.url + "/v1/chat/completions", data=json.dumps(request).encode(),
+                                     headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY})
+        if body.get("stream"):
+            with urllib.request.urlopen(req, timeout=60) as r:
+                lines = [line.decode().strip() for line in r if line.strip()]
+            chunks = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+            return chunks, lines
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())["choices"][0]
+
+    def stop(self):
+        docker(self.docker_host, "rm", "-f", self.name, check=False)
+
+
+@pytest.fixture
+def made(fleet, tmp_path):
+    """The image and the dummy weights (main + draft) made by the playbook on one local host."""
+    fleet.host("cpu1", None, llm_drafter=DRAFT,
+               image_debian_cache=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(tmp_path / "images")), **CPU)
+    first = fleet.run("site.yml", "--tags", "image,weights")
+    assert first.rc == 0, first
+    root = tmp_path / "cpu1" / "data" / "models" / "dummy"
+    return first, root / MODEL, root / DRAFT
+
+
+def test_dummy_gguf_is_made_once_and_check_mode_writes_nothing(fleet, made):
+    first, main, draft = made
+    assert first.says("%s: dummy weights - GGUF, 2 layers" % MODEL), first
+    assert first.says("draft %s (seed 1)" % DRAFT)
+    assert (main / "model.gguf").is_file() and (draft / "model.gguf").is_file()
+    stamp = json.loads((main / "gpuserve-dummy.json").read_text())
+    assert stamp["dummy"] is True and stamp["files"]["model.gguf"] == sha256(str(main / "model.gguf"))
+    assert sha256(str(main / "model.gguf")) != sha256(str(draft / "model.gguf"))
+
+    again = fleet.run("site.yml", "--tags", "weights")
+    assert again.rc == 0 and again.recap["cpu1"]["changed"] == 0, again
+
+    before = sha256(str(main / "model.gguf"))
+    preview = fleet.run("site.yml", "--tags", "weights", "--check", "-e", "weights_dummy_seed=7")
+    assert preview.rc == 0 and preview.recap["cpu1"]["changed"] >= 1, preview
+    assert preview.says("seed 7") and preview.says("(would be made)"), preview
+    assert sha256(str(main / "model.gguf")) == before
+
+    # A damaged file is made again: the stamp's digest no longer matches.
+    with open(str(main / "model.gguf"), "r+b") as f:
+        f.seek(4096)
+        f.write(b"\xff" * 64)
+    mended = fleet.run("site.yml", "--tags", "weights")
+    assert mended.rc == 0 and mended.recap["cpu1"]["changed"] == 1, mended
+    assert sha256(str(main / "model.gguf")) == before
+
+
+def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_host):
+    first, main, draft = made
+    image = docker(docker_host, "images", "--format", "{{.Repository}}:{{.Tag}}", "gpuserve/llama.cpp").stdout.split()[0]
+    plain = Engine(docker_host, image, "gpuserve-test-burnin", 18110, str(main))
+    drafted = None
+    try:
+        # plain reply, and the API key is required
+        reply = plain.chat()
+        assert reply["finish_reason"] == "stop" and reply["message"]["content"].strip(), reply
+        with pytest.raises(urllib.error.HTTPError) as denied:
+            urllib.request.urlopen(urllib.request.Request(plain.url + "/v1/models"), timeout=10)
+        assert denied.value.code == 401
+
+        # streaming gives the same text in pieces
+        chunks, lines = plain.chat(stream=True)
+        streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+        assert len(chunks) > 3 and lines[-1] == "data: [DONE]" and streamed == reply["message"]["content"]
+
+        # json_schema: the reply validates (the grammar forces it; the weights make strings close)
+        out = plain.chat(response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}})
+        person = json.loads(out["message"]["content"])
+        assert isinstance(person["name"], str) and isinstance(person["age"], int) and isinstance(person["tags"], list)
+        assert out["finish_reason"] == "stop"
+
+        # json_object: an object that parses, ended by the model, not by max_tokens
+        out = plain.chat("Reply in JSON.", response_format={"type": "json_object"})
+        assert isinstance(json.loads(out["message"]["content"]), dict) and out["finish_reason"] == "stop"
+
+        # tool calls, forced and automatic: a known name and arguments that parse with the required keys
+        for choice in ("required", "auto"):
+            out = plain.chat("What is the weather in Paris?", tools=TOOLS, tool_choice=choice)
+            assert out["finish_reason"] == "tool_calls", (choice, out)
+            calls = out["message"]["tool_calls"]
+            assert len(calls) == 1
+            function = calls[0]["function"]
+            spec = next(t["function"] for t in TOOLS if t["function"]["name"] == function["name"])
+            arguments = json.loads(function["arguments"])
+            assert set(spec["parameters"]["required"]) <= set(arguments), (choice, function)
+        # without tools in the request, no tool call
+        assert not plain.chat("What is the weather in Paris?")["message"].get("tool_calls")
+
+        # concurrent = sequential under greedy decoding (distinct prompts, one slot each)
+        prompts = ["Prompt number %d: tell me about %s." % (i, w) for i, w in
+                   enumerate(["GPUs", "caches", "JSON", "tools", "Debian", "llamas", "drafts", "ports"])]
+        alone = [plain.chat(p, max_tokens=40)["message"]["content"] for p in prompts]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            together = list(pool.map(lambda p: plain.chat(p, max_tokens=40)["message"]["content"], prompts))
+        assert together == alone
+
+        # a second seed as draft model (draft-simple): the same replies as without drafting
+        drafted = Engine(docker_host, image, "gpuserve-test-burnin-draft", 18111, str(main), str(draft))
+        assert [drafted.chat(p, max_tokens=40)["message"]["content"] for p in prompts] == alone
+        logs = docker(docker_host, "logs", drafted.name, check=False).stdout
+        assert "draft acceptance" in logs, logs[-2000:]
+    finally:
+        plain.stop()
+        if drafted:
+            drafted.stop()
