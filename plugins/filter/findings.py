@@ -75,8 +75,9 @@ def _status(findings, reached):
 
 
 def findings_table(report):
-    """The fleet table: one row per host with its status and codes (counts when a code repeats)."""
-    rows = [("host", "status", "findings")]
+    """The fleet table: one row per host with its status, its weights (dummy weights are burn-in
+    weights, said wherever results are shown) and codes (counts when a code repeats)."""
+    rows = [("host", "status", "weights", "findings")]
     for host in sorted(report):
         entry = report[host]
         counts = {}
@@ -84,8 +85,9 @@ def findings_table(report):
             counts[f["code"]] = counts.get(f["code"], 0) + 1
         codes = ", ".join("%s%s" % (c, " x%d" % n if n > 1 else "") for c, n in sorted(
             counts.items(), key=lambda kv: (not kv[0].startswith("E_"), kv[0])))
-        rows.append((host, _status(entry.get("findings", []), entry.get("reached", True)), codes or "-"))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        weights = {"dummy": "dummy weights", "hub": "hub"}.get(entry.get("weights"), "-")
+        rows.append((host, _status(entry.get("findings", []), entry.get("reached", True)), weights, codes or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
     out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in rows]
     out.insert(1, "  ".join("-" * w for w in widths))
     return out

@@ -180,3 +180,27 @@ def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_
         plain.stop()
         if drafted:
             drafted.stop()
+
+
+def test_dummy_model_folder_for_vllm_has_the_layers_given_and_refuses_vision(fleet, tmp_path):
+    from tokenizers import Tokenizer
+
+    fleet.host("gpu1", "rtxpro6000x4-healthy.json", llm_weights="dummy", llm_vision=False, weights_dummy_layers=8)
+    fleet.host("gpu2", "rtxpro6000x4-healthy.json", llm_weights="dummy")  # vision on: the dummy folder has none
+    result = fleet.run("site.yml", "--tags", "weights")
+    assert result.recap["gpu1"]["failed"] == 0 and result.recap["gpu2"]["failed"] == 1, result
+    assert result.says("zai-org/GLM-4.6V-FP8: dummy weights - Glm4MoeForCausalLM, 8 layers, config and tokenizer only"), result
+    assert result.says("E_UNSUPPORTED [error] gpu2 llm_vision: llm_vision is True on vllm: the dummy model folder is "
+                       "a text-only"), result
+    assert not (tmp_path / "gpu2" / "data" / "models").exists()
+
+    folder = tmp_path / "gpu1" / "data" / "models" / "dummy" / "zai-org" / "GLM-4.6V-FP8"
+    config = json.loads((folder / "config.json").read_text())
+    assert config["num_hidden_layers"] == 8 and config["hidden_size"] == 4096
+    # an FP8 checkpoint's dummy declares FP8 weights, so the engine allocates what the real one needs
+    assert config["quantization_config"]["quant_method"] == "fp8"
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    assert tokenizer.token_to_id("<tool_call>") is not None and tokenizer.token_to_id("</think>") is not None
+    assert not list(folder.glob("*.safetensors"))
+    again = fleet.run("site.yml", "--tags", "weights", "--limit", "gpu1")
+    assert again.rc == 0 and again.recap["gpu1"]["changed"] == 0, again

@@ -14,15 +14,15 @@ def test_fleet_table_rows_per_host_with_status_and_counted_codes():
     report = {
         "b": {"findings": [make_finding("W_POWER", "GPU %d" % i, "x") for i in range(4)]},
         "a": {"findings": [make_finding("W_PCIE_LINK", "GPU 0", "x"), make_finding("E_P2P", "GPU pair 0->1", "x")]},
-        "c": {"findings": []},
-        "d": {"reached": False, "findings": []},
+        "c": {"findings": [], "weights": "dummy"},
+        "d": {"reached": False, "findings": [], "weights": "hub"},
     }
     table = findings_table(report)
-    assert table[0].split() == ["host", "status", "findings"]
-    assert table[2].split(None, 2) == ["a", "ERROR", "E_P2P, W_PCIE_LINK"]
-    assert table[3].split(None, 2) == ["b", "WARN", "W_POWER x4"]
-    assert table[4].split() == ["c", "OK", "-"]
-    assert table[5].split() == ["d", "NOT", "RUN", "-"]
+    assert table[0].split() == ["host", "status", "weights", "findings"]
+    assert table[2].split(None, 3) == ["a", "ERROR", "-", "E_P2P, W_PCIE_LINK"]
+    assert table[3].split(None, 3) == ["b", "WARN", "-", "W_POWER x4"]
+    assert table[4].split() == ["c", "OK", "dummy", "weights", "-"]
+    assert table[5].split() == ["d", "NOT", "RUN", "hub", "-"]
 
 
 def test_p2p_matrix_marks_each_ordered_pair():

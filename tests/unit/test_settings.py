@@ -87,12 +87,23 @@ def test_bad_setting_is_refused_with_its_code(name, value, code, allowed):
     (CPU, dict(llm_drafter="ngram"), "llm_drafter"),
     (CPU, dict(llm_kv_cap_gib=60), "llm_kv_cap_gib"),
     (CPU, dict(llm_reserve_gib=7.5), "llm_reserve_gib"),
+    # dummy weights: a text-only folder with an MTP layer for vLLM/SGLang, a GGUF without MTP for llama.cpp
+    (None, dict(llm_weights="dummy"), "llm_vision"),
+    (None, dict(llm_weights="dummy", llm_vision=False, llm_drafter="org/draft-model"), "llm_drafter"),
+    (dict(SGLANG, llm_vision=False), dict(llm_weights="dummy", llm_drafter="org/draft"), "llm_drafter"),
+    (CPU, dict(llm_weights="dummy", llm_drafter="mtp"), "llm_drafter"),
 ])
 def test_engine_limits_are_e_unsupported_naming_engine_and_alternative(base, changes, subject):
     findings = check(base, **changes)
     assert [(f["code"], f["subject"]) for f in findings] == [("E_UNSUPPORTED", subject)]
     assert "set " in findings[0]["message"]
     assert findings[0]["details"]["engine"] == dict(base or DEFAULTS, **changes)["llm_engine"]
+
+
+def test_dummy_weights_with_what_they_can_serve_are_accepted():
+    assert check(llm_weights="dummy", llm_vision=False) == []                 # MTP drafting on the dummy folder
+    assert check(CPU, llm_weights="dummy", llm_drafter="gpuserve/tiny-draft") == []  # a second dummy GGUF
+    assert check(llm_drafter="org/draft-model") == []                           # real weights: any draft repo
 
 
 def test_sglang_with_any_media_urls_and_no_kv_cap_is_accepted():
