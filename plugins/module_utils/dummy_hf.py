@@ -184,4 +184,3 @@ def describe(config):
         "hidden_size": config["hidden_size"], "experts": config.get("n_routed_experts"),
         "mtp_layers": config.get("num_nextn_predict_layers", 0), "vocab_size": config["vocab_size"],
     }
-

@@ -9,13 +9,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import glob
 import ipaddress
+import os
 import re
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
 
+CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,60}$")
 REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 DOMAIN = re.compile(r"^(\*\.)?([A-Za-z0-9-]{1,63}\.)*[A-Za-z0-9-]{1,63}$")
 DRAFTER_METHODS = ("mtp", "off", "ngram")
@@ -32,6 +35,7 @@ RANGES = {
     "llm_kv_cap_gib": (0, None),
     "llm_default_top_k": (0, None),
 }
+
 
 def _dummy(s):
     return s.get("llm_weights") == "dummy"
@@ -103,6 +107,33 @@ def _allowed(option):
             "path": "a path", "dict": "a mapping"}.get(kind, kind)
 
 
+def spec_options(collection):
+    """The llm role's options, and every llm_ option any role of the collection documents (known names)."""
+    import yaml  # the controller's PyYAML (ansible-core's dependency)
+
+    with open(os.path.join(collection, "roles", "llm", "meta", "argument_specs.yml")) as f:
+        options = yaml.safe_load(f)["argument_specs"]["main"]["options"]
+    known = set()
+    for path in glob.glob(os.path.join(collection, "roles", "*", "meta", "argument_specs.yml")):
+        with open(path) as f:
+            for entry in (yaml.safe_load(f) or {}).get("argument_specs", {}).values():
+                known.update(n for n in (entry.get("options") or {}) if n.startswith("llm_"))
+    return options, known
+
+
+def typed(settings, options):
+    """The settings converted as Ansible converts arguments of the spec's types ('2' -> 2 for an int,
+    'yes' -> True for a bool); a value that does not convert stays as given (validation reports it)."""
+    out = dict(settings)
+    for name, option in options.items():
+        if name in settings:
+            spec = dict((k, v) for k, v in option.items() if k in ("type", "elements"))
+            result = ArgumentSpecValidator({name: spec}).validate({name: settings[name]})
+            if not result.error_messages:
+                out[name] = result.validated_parameters[name]
+    return out
+
+
 def validate(settings, spec_options, known_names=()):
     """Return findings for the llm_ settings given as {name: value} (templated values)."""
     findings = []
@@ -141,6 +172,11 @@ def validate(settings, spec_options, known_names=()):
             values.pop(name)
     if values.get("llm_model") and not REPO.match(values["llm_model"]):
         findings.append(_bad("E_CONFIG", "llm_model", values["llm_model"], "a Hugging Face repo id, org/name"))
+
+    name = values.get("llm_container_name")
+    if name is not None and not CONTAINER_NAME.match(str(name)):
+        findings.append(_bad("E_CONFIG", "llm_container_name", name,
+                             "a Docker container name: letters, digits, '_', '.', '-', starting with a letter or digit"))
 
     drafter = values.get("llm_drafter")
     if drafter is not None and drafter not in DRAFTER_METHODS and not REPO.match(drafter):

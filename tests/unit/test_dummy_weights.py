@@ -47,7 +47,7 @@ def chat_prompt(shape, tools=False):
 
 def greedy(shape, weights, prompt, limit=40, allowed=None):
     out = []
-    for _ in range(limit):
+    for _step in range(limit):
         logits = g.forward_logits(shape, weights, prompt + out)
         if allowed is not None:
             logits = np.where(allowed, logits, -np.inf)

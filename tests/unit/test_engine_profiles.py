@@ -213,3 +213,11 @@ def test_the_argv_checked_by_vllm_on_the_gpu_is_what_the_template_renders_now():
                               stdout=subprocess.PIPE, text=True, check=True).stdout
     with open(os.path.join(ROOT, "tests", "gpu", "vllm-argv.json")) as f:
         assert json.loads(rendered) == json.load(f)
+
+
+def test_settings_given_as_text_render_as_their_types():
+    """-e llm_parallel=2 arrives as the string '2': the command must still say 2, and 2 x context."""
+    settings, paths, facts = CASES["llamacpp-cpu"]
+    argv = engine_command(dict(settings, llm_parallel="2", llm_context="2048"), paths, facts)["argv"]
+    assert argv[argv.index("--parallel") + 1] == "2"
+    assert argv[argv.index("--ctx-size") + 1] == "4096"

@@ -31,6 +31,8 @@ def test_the_recipe_defaults_are_valid():
 @pytest.mark.parametrize("name, value, code, allowed", [
     # wrong type
     ("llm_gpus", "zero", "E_CONFIG", "a list of int"),
+    ("llm_container_name", "my engine/1", "E_CONFIG",
+     "a Docker container name: letters, digits, '_', '.', '-', starting with a letter or digit"),
     ("llm_parallel", "forty", "E_CONFIG", "an integer"),
     ("llm_vision", "maybe", "E_CONFIG", "true or false"),
     ("llm_reserve_gib", [1], "E_CONFIG", "a number"),

@@ -1,0 +1,154 @@
+"""The service stage for real: site.yml takes a host from preflight to a LIVE, health-checked
+llama.cpp endpoint (Debian's llama-server in a container on the test bed's daemon, the burn-in GGUF
+mounted read-only), a rerun changes nothing, a changed setting rolls to the other slot, a broken
+image is refused with the old container started again, and stop / restart / remove do what they say."""
+import io
+import json
+import os
+import tarfile
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import docker
+
+API_KEY = "sk-service-test-SECRET"
+CPU = dict(llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4", llm_model_dense="q4",
+           llm_reserve_gib=0, llm_kv_cap_gib=0, llm_weights="dummy", llm_model="gpuserve/tiny-llama-dummy",
+           llm_model_max_context=8192, llm_context=2048, llm_max_tokens=256, llm_parallel=4, llm_drafter="off",
+           llm_host="127.0.0.1", llm_served_model_name="tiny", llm_api_key=API_KEY)
+
+
+def get(url, key=API_KEY, body=None):
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    data = json.dumps(body).encode() if body is not None else None
+    with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=30) as r:
+        return json.loads(r.read())
+
+
+def containers(docker_host, prefix):
+    """name -> (id, running) of the service's containers."""
+    out = docker(docker_host, "ps", "-a", "--filter", "label=gpuserve.llm.service=" + prefix,
+                 "--format", "{{.Names}} {{.ID}} {{.State}}").stdout.split("\n")
+    return dict((n, (i, s == "running")) for n, i, s in (line.split() for line in out if line.strip()))
+
+
+@pytest.fixture
+def service(fleet, docker_host, tmp_path):
+    prefix = "gpuserve-test-svc-%d" % os.getpid()
+    fleet.host("cpu1", None, llm_port=18130, llm_container_name=prefix,
+               image_debian_cache=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(tmp_path / "images")), **CPU)
+    yield fleet, prefix
+    for name in containers(docker_host, prefix):
+        docker(docker_host, "rm", "-f", name, check=False)
+
+
+def test_site_brings_the_model_live_reruns_change_nothing_and_changes_roll(service, docker_host, tmp_path):
+    fleet, prefix = service
+    first = fleet.run("site.yml")
+    assert first.rc == 0, first
+    assert first.says("gpuserve/tiny-llama-dummy is now LIVE! on port 18130 (dummy weights)"), first
+    assert first.says("KV pool: 8192 tokens, 8192 free") and first.says("dummy weights"), first
+    assert API_KEY not in first.output
+    url = "http://127.0.0.1:18130"
+    assert get(url + "/v1/models")["data"][0]["id"] == "tiny"
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        get(url + "/v1/models", key="")
+    assert denied.value.code == 401
+    reply = get(url + "/v1/chat/completions", body={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
+    assert reply["choices"][0]["message"]["content"]
+
+    running = containers(docker_host, prefix)
+    assert list(running) == [prefix + "-a"] and running[prefix + "-a"][1]
+    inspect = json.loads(docker(docker_host, "inspect", prefix + "-a").stdout)[0]
+    assert inspect["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    assert inspect["HostConfig"]["NetworkMode"] == "host"
+    assert inspect["HostConfig"]["LogConfig"] == {"Type": "json-file", "Config": {"max-file": "5", "max-size": "100m"}}
+    mounts = dict((m["Destination"], m) for m in inspect["Mounts"])
+    assert mounts["/models/main"]["RW"] is False and mounts["/cache"]["RW"] is True
+    assert mounts["/models/main"]["Source"].endswith("models/dummy/gpuserve/tiny-llama-dummy")
+    assert inspect["Config"]["Labels"]["gpuserve.llm.weights"] == "dummy"
+
+    # A rerun changes nothing and keeps the container; the preflight knows the port is ours.
+    again = fleet.run("site.yml")
+    assert again.rc == 0 and again.recap["cpu1"]["changed"] == 0, again
+    assert again.says("is now LIVE! on port 18130") and not again.says("E_PORT_BUSY")
+    assert containers(docker_host, prefix) == running
+
+    # A changed setting: a new container in the other slot, the old one gone once it is healthy.
+    rolled = fleet.run("site.yml", "-e", "llm_parallel=2")
+    assert rolled.rc == 0 and rolled.recap["cpu1"]["changed"] >= 1, rolled
+    now = containers(docker_host, prefix)
+    assert list(now) == [prefix + "-b"] and now[prefix + "-b"][1]
+    assert len(get(url + "/slots")) == 2
+    assert rolled.says("KV pool: 4096 tokens")
+
+    # --check says what would change and changes nothing.
+    preview = fleet.run("site.yml", "--check", "-e", "llm_parallel=3")
+    assert preview.rc == 0 and preview.says("would start %s-a and stop %s-b" % (prefix, prefix)), preview
+    assert containers(docker_host, prefix) == now
+
+
+def _broken_image(docker_host):
+    """An image with no engine in it (test plumbing: imported from an empty tar)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("etc/broken")
+        info.size = 0
+        tar.addfile(info, io.BytesIO(b""))
+    tag = "gpuserve-test/no-engine:1"
+    subprocess_input = buf.getvalue()
+    import subprocess
+    subprocess.run(["docker", "-H", docker_host, "import", "-", tag], input=subprocess_input, check=True,
+                   stdout=subprocess.PIPE)
+    return tag
+
+
+def test_a_new_container_that_fails_is_removed_and_the_old_one_serves_again(service, docker_host):
+    fleet, prefix = service
+    assert fleet.run("site.yml").rc == 0
+    before = containers(docker_host, prefix)
+    broken = _broken_image(docker_host)
+    failed = fleet.run("site.yml", "-e", "llm_image=" + broken)
+    assert failed.rc != 0 and failed.recap["cpu1"]["failed"] == 1, failed
+    assert failed.says("E_HEALTH [error] cpu1 %s-b" % prefix), failed
+    assert failed.says("The previous container %s-a was started again." % prefix), failed
+    after = containers(docker_host, prefix)
+    assert list(after) == [prefix + "-a"] and after[prefix + "-a"][1] and after == before
+    assert get("http://127.0.0.1:18130/v1/models")["data"][0]["id"] == "tiny"
+    assert API_KEY not in failed.output
+
+
+def test_stop_keeps_logs_and_settings_restart_rolls_remove_takes_it_off(service, docker_host, tmp_path):
+    fleet, prefix = service
+    assert fleet.run("site.yml").rc == 0
+    stopped = fleet.run("playbooks/stop.yml")
+    assert stopped.rc == 0, stopped
+    kept = containers(docker_host, prefix)
+    assert list(kept) == [prefix + "-a"] and not kept[prefix + "-a"][1]  # stopped, kept for docker logs
+    runs = list((tmp_path / "logs" / "cpu1").iterdir())
+    assert len(runs) == 1
+    log = (runs[0] / (prefix + "-a.log")).read_text()
+    assert "llama" in log and "listening" in log, log[-2000:]
+    settings = json.loads((runs[0] / "settings.json").read_text())
+    assert settings["settings"]["llm_parallel"] == 4 and settings["settings"]["llm_api_key"] == "<set>"
+    assert API_KEY not in (runs[0] / "settings.json").read_text()
+
+    restarted = fleet.run("playbooks/restart.yml")
+    assert restarted.rc == 0 and restarted.says("is now LIVE! on port 18130"), restarted
+    now = containers(docker_host, prefix)
+    assert len(now) == 1 and all(running for _id, running in now.values())
+    assert list(now.values())[0][0] != kept[prefix + "-a"][0]  # a new container
+    # a restart of a serving engine rolls to the other slot
+    again = fleet.run("playbooks/restart.yml")
+    assert again.rc == 0 and again.recap["cpu1"]["changed"] >= 1, again
+    assert list(containers(docker_host, prefix)) == [prefix + ("-b" if prefix + "-a" in now else "-a")]
+
+    removed = fleet.run("playbooks/remove.yml")
+    assert removed.rc == 0, removed
+    assert containers(docker_host, prefix) == {}
+    # the image stays unless asked for
+    assert docker(docker_host, "images", "-q", "gpuserve/llama.cpp").stdout.strip()
