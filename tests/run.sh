@@ -124,6 +124,7 @@ if [[ -x .venv-latest/bin/python ]]; then
 else
   phase "pytest playbooks, ansible-core 2.19" run_pytest .venv tests/integration
 fi
+phase "molecule default (2 container hosts: site.yml, idempotence, verify, stop)" in_venv molecule test -s default
 phase "molecule preflight (7 container hosts)" in_venv molecule test -s preflight
 phase "molecule check_mode (--check on fresh hosts)" in_venv molecule test -s check_mode
 summary

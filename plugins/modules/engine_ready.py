@@ -210,10 +210,15 @@ def main():
         except (IOError, OSError, ValueError) as e:
             info = {"State": {"Running": True}}  # the daemon did not answer: keep waiting on the engine
             last = "%s (the Docker daemon: %s)" % (last, e)
+        if info is not None and (info.get("RestartCount") or info.get("State", {}).get("Restarting")):
+            fail(module, "E_HEALTH", "the engine container %s exited and was restarted (%d restarts) before it was "
+                 "healthy (last exit code %s)" % (p["container"], info.get("RestartCount") or 0,
+                                                  info.get("State", {}).get("ExitCode", "?")))
         if info is None or not info.get("State", {}).get("Running"):
             state = (info or {}).get("State", {})
-            fail(module, "E_HEALTH", "the engine container %s stopped before it was healthy (exit code %s%s)" % (
-                p["container"], state.get("ExitCode", "?"), ", out of memory" if state.get("OOMKilled") else ""))
+            fail(module, "E_HEALTH", "the engine container %s stopped before it was healthy (exit code %s%s%s)" % (
+                p["container"], state.get("ExitCode", "?"), ", out of memory" if state.get("OOMKilled") else "",
+                ": %s" % state["Error"] if state.get("Error") else ""))
         if time.time() - start > p["timeout"]:
             fail(module, "E_HEALTH", "%s%s did not answer %d within %d s (last: %s)" % (
                 url, profile["health"]["path"], profile["health"]["status"], p["timeout"], last))
