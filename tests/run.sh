@@ -109,7 +109,7 @@ phase "test-host image (debootstrap, cached by tag)" testhost_image
 phase "test wheelhouse (requirements-host.txt + NVML double)" tests/testbed/wheelhouse.sh .venv/bin/python
 
 phase "yamllint" .venv/bin/yamllint -s .
-phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh .ci/run
+phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh scripts/*.sh .ci/run
 phase "ansible-lint (production profile, offline)" in_venv ansible-lint -q
 phase "collection build, install --no-deps, module run" tests/testbed/package.sh .venv
 phase "ansible-test sanity, ansible-core 2.19" tests/testbed/sanity.sh .venv
