@@ -81,18 +81,36 @@ def model_config(preset="glm4_moe", layers=None, overrides=None):
     """config.json: a preset's shapes, or the given config, with the layer count adjustable."""
     if preset not in PRESETS:
         raise ValueError("unknown dummy config preset %r; known: %s" % (preset, ", ".join(sorted(PRESETS))))
-    config = dict(PRESETS[preset])
-    config.update(overrides or {})
+    config = json.loads(json.dumps(PRESETS[preset]))
+    config.update(json.loads(json.dumps(overrides or {})))
     if layers:
         layers = int(layers)
         dense = int(config.get("first_k_dense_replace", 0))
         if layers <= dense:
             raise ValueError("layers must exceed the %d dense layer(s) so that the MoE layers exist" % dense)
         config["num_hidden_layers"] = layers
+    _keep_dense_mlp_unquantized(config)
     specials = special_tokens(config)
     config["eos_token_id"] = [specials[t] for t in GLM_STOP]
     config["pad_token_id"] = specials["<|endoftext|>"]
     return config
+
+
+def _keep_dense_mlp_unquantized(config):
+    """Block-FP8 kernels need every quantized dimension divisible by the block: vLLM 0.26.0 stops at
+    load with "the last dimension of `x` 10944 must be divisible by `group_size` 128" for
+    GLM-4.5-Air's dense layer. Its MLP stays bf16 (ignored_layers), the MoE layers are FP8."""
+    quant = config.get("quantization_config") or {}
+    block = (quant.get("weight_block_size") or [None, None])[-1]
+    if not block or int(config.get("intermediate_size", 0)) % int(block) == 0:
+        return
+    ignored = list(quant.get("ignored_layers") or [])
+    for layer in range(int(config.get("first_k_dense_replace", 0))):
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            name = "model.layers.%d.mlp.%s" % (layer, proj)
+            if name not in ignored:
+                ignored.append(name)
+    quant["ignored_layers"] = ignored
 
 
 def base_vocabulary():

@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import urllib.request
 
 from conftest import BIN, ROOT, docker
@@ -24,7 +23,7 @@ def test_the_main_command_brings_the_local_inventory_live_and_stop_keeps_the_log
     before = set(os.listdir(logs)) if os.path.isdir(logs) else set()
     try:
         up = subprocess.run(["bash", os.path.join(ROOT, "scripts", "bring-up-local.sh")] + extra, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900, check=False)
         said = " ".join(up.stdout.split())
         assert up.returncode == 0, up.stdout[-6000:]
         assert "gpuserve/tiny-llama-dummy is now LIVE! on port %d (dummy weights)" % PORT in said, up.stdout[-6000:]
@@ -37,7 +36,7 @@ def test_the_main_command_brings_the_local_inventory_live_and_stop_keeps_the_log
 
         stop = subprocess.run([os.path.join(BIN, "ansible-playbook"), "playbooks/stop.yml", "-i", "inventories/local",
                                "-e", "llm_docker_host=" + docker_host] + extra, cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, check=False)
         assert stop.returncode == 0, stop.stdout[-4000:]
         new = set(os.listdir(logs)) - before
         assert len(new) == 1
@@ -50,4 +49,3 @@ def test_the_main_command_brings_the_local_inventory_live_and_stop_keeps_the_log
             docker(docker_host, "rm", "-f", "%s-%s" % (NAME, slot), check=False)
         for name in set(os.listdir(logs)) - before if os.path.isdir(logs) else []:
             shutil.rmtree(os.path.join(logs, name), ignore_errors=True)
-        assert sys.executable  # the run used this interpreter's virtualenv (GPUSERVE_VENV)

@@ -225,3 +225,14 @@ def test_the_glm_template_renders_tools_calls_and_turns_thinking_off(folder):
     assert re.findall(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", call.group(2)) == [("city", "Paris")]
     thinking = env.from_string(template).render(messages=messages[:1], add_generation_prompt=True, enable_thinking=True)
     assert thinking.endswith("<|assistant|>")
+
+
+def test_an_fp8_folder_keeps_the_dense_mlp_whose_size_the_block_does_not_divide_in_bf16():
+    fp8 = {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                   "weight_block_size": [128, 128]}}
+    config = h.model_config("glm4_moe", layers=8, overrides=fp8)
+    assert config["intermediate_size"] % 128 != 0 and config["moe_intermediate_size"] % 128 == 0
+    assert config["quantization_config"]["ignored_layers"] == [
+        "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj"]
+    assert "quantization_config" not in h.model_config("glm4_moe")
+    assert "ignored_layers" not in fp8["quantization_config"]  # the caller's dict is not changed
