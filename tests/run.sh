@@ -46,7 +46,7 @@ make_venv() {  # make_venv DIR PYTHON REQUIREMENTS...: rebuilt when the pins or 
   for req in "$@"; do args+=(-r "$req"); done
   "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "${args[@]}"
   echo "$stamp" > "$dir/.stamp"
-  "$dir/bin/ansible" --version | head -1
+  "$dir/bin/ansible" --version | sed -n 1p  # sed reads it all: head would break the pipe
 }
 
 run_pytest() {  # run_pytest VENV PATHS...: pytest's exit 5 (no tests collected) is a failure too

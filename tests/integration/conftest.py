@@ -127,6 +127,8 @@ class Fleet:
             "llm_docker_host": self.docker_host,
             "llm_data_dir": str(self.dir / name / "data"),
             "llm_port": 18020 + len(self.hosts),
+            # A progress line every 2 s while an image builds (30 s by default).
+            "image_progress_interval": 2,
             # Budgets that fit the test machine.
             "preflight_disk_checkpoint_gib": 1,
             "preflight_disk_image_gib": 1,

@@ -175,6 +175,41 @@ def test_a_failed_build_is_e_build_with_the_log_end(fleet, engine_repo):
     assert "COPY engine.txt" in log.read_text()  # the full log is kept on the host
 
 
+def _sleeper_image(docker_host):
+    """A base image holding only /bin/sleep and the C library it needs (test plumbing: docker import)."""
+    tag = "gpuserve-test/sleeper:1"
+    if docker(docker_host, "images", "-q", tag).stdout.strip():
+        return tag
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in ("/bin/sleep", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"):
+            tar.add(os.path.realpath(path), arcname=path.lstrip("/"))
+    subprocess.run(["docker", "-H", docker_host, "import", "-", tag], input=buf.getvalue(), check=True,
+                   stdout=subprocess.PIPE)
+    return tag
+
+
+def test_a_long_build_prints_progress_lines_while_it_runs(fleet, tmp_path, docker_host):
+    repo = tmp_path / "slow-engine"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "Dockerfile").write_text('FROM %s\nRUN ["/bin/sleep", "5"]\nLABEL engine.feature="slow"\n'
+                                     % _sleeper_image(docker_host))
+    _git(repo, "add", "Dockerfile")
+    _git(repo, "commit", "-qm", "slow")
+    commit = _git(repo, "rev-parse", "HEAD")
+    fleet.host("gpu1", "rtxpro6000x4-healthy.json", image_source="build", image_git_repo=str(repo),
+               image_git_commit=commit, image_patch_dir=str(tmp_path / "no-patches"),
+               image_build_repo="gpuserve-test/slow-engine", image_build_dockerfile="Dockerfile",
+               image_build_target="", image_progress_interval=1)
+    result = fleet.run("site.yml", "--tags", "image")
+    assert result.rc == 0, result
+    ticks = re.findall(r"item=building gpuserve-test/slow-engine:\S+: (\d+) s elapsed", result.output)
+    assert len(ticks) >= 3 and int(ticks[-1]) >= 4, result  # a line a second, for a five-second build
+    assert result.says("(built now, log:")
+    docker(docker_host, "rmi", "gpuserve-test/slow-engine:%s-%s" % (commit[:12], "e3b0c44298fc"), check=False)
+
+
 @pytest.fixture
 def second_daemon(tmp_path):
     """Another test-bed daemon with its own data root: a second host that shares nothing with the first."""
