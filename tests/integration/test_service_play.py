@@ -152,3 +152,14 @@ def test_stop_keeps_logs_and_settings_restart_rolls_remove_takes_it_off(service,
     assert containers(docker_host, prefix) == {}
     # the image stays unless asked for
     assert docker(docker_host, "images", "-q", "gpuserve/llama.cpp").stdout.strip()
+
+
+def test_check_mode_on_a_fresh_host_says_what_would_happen_and_changes_nothing(service, docker_host, tmp_path):
+    fleet, prefix = service
+    preview = fleet.run("site.yml", "--check")
+    assert preview.rc == 0, preview
+    assert preview.says("gpuserve/tiny-llama-dummy: dummy weights - GGUF, 2 layers") and preview.says("(would be made)")
+    assert preview.says("would start %s-a (check mode: nothing changed)" % prefix), preview
+    assert not preview.says("is now LIVE!")
+    assert containers(docker_host, prefix) == {}
+    assert not (tmp_path / "cpu1" / "data" / "models").exists()
