@@ -19,9 +19,9 @@ def test_each_host_gets_its_codes_and_only_the_faulty_host_stops(fleet):
     assert {h: r["failed"] for h, r in result.recap.items() if h != "localhost"} == {
         "healthy": 0, "busy": 1, "hot": 0, "split": 1}, result
     # The fleet table on the workstation, and each finding with its fix.
-    assert "busy     ERROR   E_GPU_BUSY" in result.output, result
-    assert "hot      WARN    W_POWER x4" in result.output, result
-    assert "healthy  OK      -" in result.output, result
+    assert "busy     ERROR   hub      E_GPU_BUSY" in result.output, result
+    assert "hot      WARN    hub      W_POWER x4" in result.output, result
+    assert "healthy  OK      hub      -" in result.output, result
     assert "E_GPU_BUSY [error] busy GPU 0" in result.output
     assert "pid 4242 (2000 MiB)" in result.output
     # Facts come back with the findings: GPUs and the pair matrix.
