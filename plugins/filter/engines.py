@@ -15,8 +15,7 @@ description:
   - Renders templates/<engine>.j2 for the engine named by C(llm_engine) and returns C(argv) (the container's
     command), C(env) (its environment; the API key goes here, never on argv) and C(display) (the command as a
     person would type it, with secrets shown as <variable name>).
-  - The same file provides C(engine_profile) (image, health endpoint and pool source of an engine) and
-    C(engine_pool) (the KV pool figures from the body of the engine's pool endpoint).
+  - The same file provides C(engine_profile) (image, health endpoint and pool source of an engine).
 options:
   _input:
     description: The llm_ settings, by name.
@@ -104,17 +103,6 @@ def patch_series(directory):
     return {"patches": patches, "sha256": total.hexdigest()}
 
 
-def engine_pool(body, engine):
-    """The KV pool figures ({pool_tokens, free_tokens}, or None) from the engine's pool endpoint's body."""
-    parser = engine_profile(engine)["pool"]["parser"]
-    if parser == "vllm_metrics":
-        return engines.pool_vllm_metrics(body if isinstance(body, str) else "")
-    if parser == "sglang_server_info":
-        return engines.pool_sglang_server_info(body if isinstance(body, dict) else {})
-    return engines.pool_llamacpp_slots(body)
-
-
 class FilterModule(object):
     def filters(self):
-        return {"engine_command": engine_command, "engine_profile": engine_profile, "engine_pool": engine_pool,
-                "patch_series": patch_series}
+        return {"engine_command": engine_command, "engine_profile": engine_profile, "patch_series": patch_series}

@@ -163,3 +163,17 @@ def pool_llamacpp_slots(slots):
         if s.get("is_processing"):
             busy += int(s.get("n_past") or (s.get("next_token") or [{}])[0].get("n_decoded", 0) or 0)
     return {"pool_tokens": pool, "free_tokens": max(0, pool - busy)}
+
+
+def pool_figures(parser, text):
+    """The pool figures from the text of the engine's pool endpoint (PROFILES[...]["pool"]["parser"]),
+    or None when the engine does not say."""
+    try:
+        if parser == "vllm_metrics":
+            return pool_vllm_metrics(text)
+        body = json.loads(text)
+        if parser == "sglang_server_info":
+            return pool_sglang_server_info(body)
+        return pool_llamacpp_slots(body)
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -162,18 +162,7 @@ def fail(module, code, message):
 
 def pool(p, profile):
     status, text = call(p["url"] + profile["pool"]["path"], p["api_key"])
-    if status != 200:
-        return None
-    parser = profile["pool"]["parser"]
-    try:
-        if parser == "vllm_metrics":
-            return engines.pool_vllm_metrics(text)
-        body = json.loads(text)
-        if parser == "sglang_server_info":
-            return engines.pool_sglang_server_info(body)
-        return engines.pool_llamacpp_slots(body)
-    except (ValueError, KeyError, TypeError):
-        return None
+    return engines.pool_figures(profile["pool"]["parser"], text) if status == 200 else None
 
 
 def main():
