@@ -1,0 +1,308 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: hub_snapshot
+short_description: A checkpoint at a pinned commit in the host's Hugging Face cache, fetched once and verified
+version_added: "0.1.0"
+description:
+  - O(state=manifest) reads the repo's file list at the revision's commit from the hub (or a hub-compatible
+    mirror, O(endpoint)) through huggingface_hub and says what this host's cache lacks. Nothing is written.
+  - O(state=present) fetches what the cache lacks from O(source) - the hub (huggingface_hub's C(snapshot_download)),
+    a mirror folder, or a peer's rsync daemon - after checking the filesystem's free space, then verifies every file
+    against the manifest (size, and sha256 for LFS files or git's blob sha1 for small ones). A file that fails is
+    removed so that the next run fetches it again, and the module fails with E_CHECKSUM naming it.
+  - The cache has the layout huggingface_hub writes (C(models--org--name/blobs), C(snapshots/<commit>), C(refs)), so
+    engines and C(huggingface_hub) read it as their own. A stamp per commit keeps each verified file's stat, so a rerun
+    hashes only what changed and reports no change.
+  - With O(progress_file), writes the phase and the bytes done and due every few seconds, for the playbook's progress
+    lines while the module runs in the background.
+author:
+  - gpuserve.llm contributors (@gpuserve)
+extends_documentation_fragment:
+  - gpuserve.llm.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads the manifest and the cache, says how many bytes and files would be fetched; writes nothing.
+  diff_mode:
+    support: none
+options:
+  repo_id:
+    description: The model repo, C(org/name).
+    type: str
+    required: true
+  revision:
+    description: A commit hash (pinned), branch or tag.
+    type: str
+    default: main
+  allow_patterns:
+    description: Only files matching one of these (fnmatch, as huggingface_hub matches them); empty = all.
+    type: list
+    elements: str
+    default: []
+  ignore_patterns:
+    description: Files matching one of these are left out.
+    type: list
+    elements: str
+    default: []
+  cache_dir:
+    description: The host's Hugging Face cache (the hub's layout).
+    type: path
+    required: true
+  endpoint:
+    description: A hub-compatible endpoint (what C(HF_ENDPOINT) names); empty = huggingface.co.
+    type: str
+    default: ""
+  token:
+    description: The hub token; empty = none.
+    type: str
+    default: ""
+  manifest:
+    description: The manifest another host read (RV(manifest)); given, the hub is not asked.
+    type: dict
+  state:
+    description: C(manifest) reads and reports; C(present) fetches and verifies.
+    type: str
+    choices: [manifest, present]
+    default: present
+  source:
+    description: Where missing files come from.
+    type: str
+    choices: [hub, folder, rsync]
+    default: hub
+  source_path:
+    description: The mirror folder (O(source=folder)) or the peer's rsync URL (O(source=rsync)).
+    type: str
+    default: ""
+  rsync_password:
+    description: The peer rsync daemon's password.
+    type: str
+    default: ""
+  rsync_bwlimit_kib:
+    description: The most KiB a second an rsync copy takes from the LAN; 0 = no limit.
+    type: int
+    default: 0
+  reserve_bytes:
+    description: Free bytes the filesystem must keep after the download.
+    type: int
+    default: 1073741824
+  workers:
+    description: Files fetched and hashed at once.
+    type: int
+    default: 8
+  progress_file:
+    description: Where to write progress (JSON) while running; empty = nowhere.
+    type: path
+  format:
+    description: C(gguf) also returns the one GGUF model file the patterns pick (E_CONFIG when they pick several).
+    type: str
+    choices: [hf, gguf]
+    default: hf
+"""
+
+EXAMPLES = r"""
+- name: The file list at the pinned commit, read once
+  gpuserve.llm.hub_snapshot:
+    state: manifest
+    repo_id: zai-org/GLM-4.6V-FP8
+    revision: 8f3a0c4d0e5b7a9c1d2e3f405162738495a6b7c8
+    allow_patterns: ["*.json", "*.safetensors", "*.jinja", "*.txt"]
+    cache_dir: /var/lib/gpuserve/hf
+    token: "{{ llm_hf_token }}"
+  register: manifest
+
+- name: Copy it from the first host's rsync daemon and verify
+  gpuserve.llm.hub_snapshot:
+    repo_id: zai-org/GLM-4.6V-FP8
+    cache_dir: /var/lib/gpuserve/hf
+    manifest: "{{ manifest.manifest }}"
+    source: rsync
+    source_path: rsync://gpuserve@10.0.0.11:8730/gpuserve-hf
+    rsync_password: "{{ weights_rsync_password }}"
+"""
+
+RETURN = r"""
+manifest:
+  description: The repo, revision, commit, endpoint, patterns, files (path, size, blob_id, sha256, etag) and bytes.
+  returned: success
+  type: dict
+commit:
+  description: The commit the revision names.
+  returned: success
+  type: str
+path:
+  description: The snapshot folder (what an engine loads).
+  returned: success
+  type: str
+model_file:
+  description: The GGUF model file (its first shard) in the snapshot folder.
+  returned: O(format=gguf)
+  type: str
+bytes_total:
+  description: Bytes of the files the patterns pick.
+  returned: success
+  type: int
+bytes_missing:
+  description: Bytes the cache lacked when the module started (what was fetched, or would be in check mode).
+  returned: success
+  type: int
+files_missing:
+  description: Files the cache lacked when the module started.
+  returned: success
+  type: int
+free_bytes:
+  description: Free bytes on the cache's filesystem when the module started.
+  returned: success
+  type: int
+hashed_files:
+  description: Files hashed this run (a file verified before and unchanged is not hashed again).
+  returned: O(state=present)
+  type: int
+manifest_from:
+  description: Where the manifest came from - given, the hub (endpoint), or the stamp of a verified earlier run.
+  returned: success
+  type: str
+finding:
+  description: On failure, the finding (E_AUTH, E_DOWNLOAD, E_CHECKSUM, E_DISK, E_CONFIG, E_VENV).
+  returned: failure
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuserve.llm.plugins.module_utils import hub
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
+
+
+def fail(module, code, subject, message, **extra):
+    f = finding(code, subject, message, **extra)
+    module.fail_json(msg="%s: %s" % (code, message), finding=f)
+
+
+def read_manifest(module, p):
+    if p["manifest"]:
+        return p["manifest"], "given"
+    try:
+        return (hub.manifest_from_hub(p["repo_id"], p["revision"], p["endpoint"], p["token"],
+                                      p["allow_patterns"], p["ignore_patterns"]),
+                p["endpoint"] or hub.DEFAULT_ENDPOINT)
+    except ImportError as e:
+        fail(module, "E_VENV", p["repo_id"], "huggingface_hub is missing from the host's virtualenv (%s); "
+             "it is in requirements-host.txt" % e)
+    except hub.HubError as e:
+        if e.code == "E_DOWNLOAD":
+            stamped = hub.stamped_manifest(p["cache_dir"], p["repo_id"], p["revision"], p["allow_patterns"],
+                                           p["ignore_patterns"])
+            if stamped is not None:
+                module.warn("the hub could not be reached (%s); using the file list this host verified before" % e)
+                return stamped, "stamp"
+        fail(module, e.code, p["repo_id"], e.message)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            repo_id=dict(type="str", required=True),
+            revision=dict(type="str", default="main"),
+            allow_patterns=dict(type="list", elements="str", default=[]),
+            ignore_patterns=dict(type="list", elements="str", default=[]),
+            cache_dir=dict(type="path", required=True),
+            endpoint=dict(type="str", default=""),
+            token=dict(type="str", default="", no_log=True),
+            manifest=dict(type="dict"),
+            state=dict(type="str", default="present", choices=["manifest", "present"]),
+            source=dict(type="str", default="hub", choices=["hub", "folder", "rsync"]),
+            source_path=dict(type="str", default=""),
+            rsync_password=dict(type="str", default="", no_log=True),
+            rsync_bwlimit_kib=dict(type="int", default=0),
+            reserve_bytes=dict(type="int", default=1 << 30),
+            workers=dict(type="int", default=8),
+            progress_file=dict(type="path"),
+            format=dict(type="str", default="hf", choices=["hf", "gguf"]),
+        ),
+        required_if=[("source", "folder", ["source_path"]), ("source", "rsync", ["source_path"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    cache = p["cache_dir"]
+    manifest, manifest_from = read_manifest(module, p)
+    repo, commit = manifest["repo_id"], manifest["commit"]
+    subject = "%s@%s" % (repo, commit[:12])
+    lacking = hub.missing(cache, manifest)
+    due = sum(f["size"] for f in lacking)
+    free = hub.free_bytes(cache)
+    result = dict(changed=False, manifest=manifest, manifest_from=manifest_from, commit=commit,
+                  path=hub.snapshot_dir(cache, repo, commit), bytes_total=manifest["bytes"], bytes_missing=due,
+                  files_missing=len(lacking), free_bytes=free)
+    if p["format"] == "gguf":
+        try:
+            result["model_file"] = os.path.join(result["path"], hub.gguf_model(manifest))
+        except hub.HubError as e:
+            fail(module, e.code, subject, e.message)
+    if p["state"] == "manifest":
+        module.exit_json(**result)
+
+    if due and due + p["reserve_bytes"] > free:
+        fail(module, "E_DISK", hub.mount_point(cache),
+             "%s needs %s more in %s, the filesystem %s has %s free (%s kept in reserve)"
+             % (subject, hub.human(due), cache, hub.mount_point(cache), hub.human(free), hub.human(p["reserve_bytes"])),
+             needed_bytes=due, free_bytes=free)
+    result["changed"] = bool(lacking) or hub.links_needed(cache, manifest)
+    if module.check_mode:
+        module.exit_json(**result)
+
+    try:
+        if not os.path.isdir(cache):
+            os.makedirs(cache, 0o755)
+        with hub.Progress(p["progress_file"]) as progress:
+            hub.clean_stale(cache, repo)
+            if lacking:
+                source = {"hub": "from %s" % (p["endpoint"] or hub.DEFAULT_ENDPOINT), "folder": "from " + p["source_path"],
+                          "rsync": "from " + p["source_path"]}[p["source"]]
+                progress.phase("fetching %s %s" % (repo, source), due,
+                               lambda: hub.bytes_on_disk(cache, manifest, lacking))
+                if p["source"] == "hub":
+                    hub.fetch_hub(cache, manifest, p["token"], p["endpoint"], p["workers"])
+                elif p["source"] == "folder":
+                    hub.fetch_folder(cache, manifest, p["source_path"], lacking)
+                else:
+                    hub.fetch_rsync(cache, manifest, p["source_path"], p["rsync_password"], lacking,
+                                    bwlimit_kib=p["rsync_bwlimit_kib"])
+            hub.link_snapshot(cache, manifest)
+            still = hub.missing(cache, manifest)
+            if still:
+                raise hub.HubError("E_DOWNLOAD", "%s: %d file(s) still missing after the transfer: %s" % (
+                    subject, len(still), ", ".join(f["path"] for f in still[:5])))
+            progress.phase("verifying " + repo, manifest["bytes"])
+            hashed, hashed_bytes, bad = hub.verify(cache, manifest, progress, p["workers"])
+    except ImportError as e:
+        fail(module, "E_VENV", repo, "huggingface_hub is missing from the host's virtualenv (%s)" % e)
+    except hub.HubError as e:
+        fail(module, e.code, subject, hub.scrub(e.message, [p["token"], p["rsync_password"]]))
+    except (IOError, OSError) as e:
+        fail(module, "E_DOWNLOAD", subject, "writing the cache %s: %s" % (cache, e))
+    result.update(hashed_files=hashed, hashed_bytes=hashed_bytes)
+    if bad:
+        hub.remove_bad(cache, manifest, bad)
+        fail(module, "E_CHECKSUM", bad[0]["path"],
+             "%s: %s; the file%s removed from the cache, the next run fetches %s again (check the source if it repeats)"
+             % (subject, "; ".join("%s has %s %s, the manifest says %s (%d of %d bytes)"
+                                   % (b["path"], b["kind"], b["found"][:16], b["expected"][:16], b["size"],
+                                      b["expected_size"]) for b in bad),
+                " was" if len(bad) == 1 else "s were", "it" if len(bad) == 1 else "them"),
+             files=[b["path"] for b in bad])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
