@@ -95,7 +95,7 @@ CODES = {
         "Check the host's route to the hub or mirror and rerun; finished files are kept and the download resumes."),
     "E_CHECKSUM": (
         ERROR, "a downloaded file's hash is wrong (named)",
-        "Delete the named file from the cache and rerun the weights stage; check the mirror if it repeats."),
+        "The file was removed from the cache: rerun the weights stage to fetch it again; check the mirror if it repeats."),
     "E_AUTOTUNE": (
         ERROR, "tuning failed or incomplete; nothing marked ready",
         "Read the log end shown, leave the GPUs idle and rerun with --tags autotune."),

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_gguf
-from conftest import TESTS
+from conftest import TESTS, docker
 
 REPO = "acme/tiny-chat-GGUF"
 TOKEN = "hf_standin_SECRET_token"
@@ -52,6 +52,10 @@ def repo_dir(tmp_path_factory):
                      name="tiny-chat")
     (folder / "tiny-chat-F16.gguf").write_bytes(os.urandom(3 << 20))
     (folder / "README.md").write_text(README)
+    draft = root / "acme" / "tiny-draft-GGUF"
+    draft.mkdir()
+    dummy_gguf.write(str(draft / "tiny-draft-Q8_0.gguf"), seed=1, layers=2, context=8192, chat_template=chat,
+                     name="tiny-draft")
     return root
 
 
@@ -152,8 +156,51 @@ def test_a_disk_too_small_is_e_disk_before_a_byte_is_written(fleet, hub):
     assert hub.file_bytes() == 0 and not caches(fleet, ["d1"])[0].exists()
 
 
+def test_a_mirror_folder_is_copied_and_verified_against_the_endpoints_list(fleet, hub):
+    hub_fleet(fleet, hub, ["f1"], 18736, weights_source="folder", weights_source_dir=str(hub.root / "acme" / "tiny-chat-GGUF"))
+    result = fleet.run("site.yml", "--tags", "weights")
+    assert result.rc == 0, result
+    assert result.says("fetches 0.01 GiB (%d bytes) in 2 of 2 files from %s" % (wanted_bytes(hub), hub.root)), result
+    assert hub.file_bytes() == 0  # the endpoint gave the file list only
+    snapshot = next((caches(fleet, ["f1"])[0] / "snapshots").iterdir())
+    assert (snapshot / "tiny-chat-Q8_0.gguf").read_bytes() == hub_dir_file(hub, "tiny-chat-Q8_0.gguf").read_bytes()
+
+
 def test_patterns_picking_two_gguf_models_are_e_config(fleet, hub):
     hub_fleet(fleet, hub, ["g1"], 18735, weights_allow_patterns=[])
     many = fleet.run("site.yml", "--tags", "weights")
     assert many.rc != 0 and many.says("the allow patterns pick 2 GGUF models"), many
     assert many.says("tiny-chat-F16.gguf, tiny-chat-Q8_0.gguf"), many
+
+
+def test_the_fetched_gguf_and_draft_serve_with_the_whole_cache_mounted_read_only(fleet, hub, docker_host, tmp_path):
+    prefix = "gpuserve-test-hub-%d" % os.getpid()
+    fleet.host("s1", None, weights_hf_endpoint=hub.url, llm_port=18140, llm_container_name=prefix,
+               llm_api_key="sk-hub-test", image_debian_cache=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE",
+                                                                          str(tmp_path / "images")),
+               **dict(HUB, llm_drafter="acme/tiny-draft-GGUF"))
+    try:
+        result = fleet.run("site.yml")
+        assert result.rc == 0, result
+        assert result.says("acme/tiny-chat-GGUF is now LIVE! on port 18140"), result
+        assert not result.says("(dummy weights)") and TOKEN not in result.output
+        request = urllib.request.Request(
+            "http://127.0.0.1:18140/v1/chat/completions", headers={"Authorization": "Bearer sk-hub-test",
+                                                                   "Content-Type": "application/json"},
+            data=json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}).encode())
+        with urllib.request.urlopen(request, timeout=30) as r:
+            assert json.loads(r.read())["choices"][0]["message"]["content"]
+        name = docker(docker_host, "ps", "--filter", "label=gpuserve.llm.service=" + prefix,
+                      "--format", "{{.Names}}").stdout.split()[0]
+        inspect = json.loads(docker(docker_host, "inspect", name).stdout)[0]
+        mounts = dict((m["Destination"], m) for m in inspect["Mounts"])
+        assert mounts["/models/hf"]["RW"] is False
+        model = inspect["Args"][inspect["Args"].index("--model") + 1]
+        assert model.startswith("/models/hf/models--acme--tiny-chat-GGUF/snapshots/") and model.endswith("Q8_0.gguf")
+        draft = inspect["Args"][inspect["Args"].index("--model-draft") + 1]
+        assert draft.startswith("/models/hf/models--acme--tiny-draft-GGUF/snapshots/") and draft.endswith(".gguf")
+        assert result.says("; draft acme/tiny-draft-GGUF@"), result
+        assert "HF_HUB_OFFLINE=1" in inspect["Config"]["Env"]
+    finally:
+        for name in docker(docker_host, "ps", "-aq", "--filter", "label=gpuserve.llm.service=" + prefix).stdout.split():
+            docker(docker_host, "rm", "-f", name, check=False)
