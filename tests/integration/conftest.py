@@ -136,7 +136,7 @@ class Fleet:
         }, **hostvars)
         return venv
 
-    def run(self, playbook="site.yml", *args, **extra_env):
+    def _command(self, playbook, args, extra_env):
         inventory = self.dir / "hosts.yml"
         inventory.write_text(yaml.safe_dump({"llm_hosts": {"hosts": self.hosts}}))
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
@@ -144,9 +144,22 @@ class Fleet:
                    ANSIBLE_PYTHON_INTERPRETER=sys.executable)
         env.pop("NVML_REPLAY_SCENARIO", None)
         env.update(extra_env)
-        proc = subprocess.run(
-            [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, playbook), "-i", str(inventory)] + list(args),
-            cwd=str(self.dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, check=False)
+        return [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, playbook), "-i", str(inventory)] + list(args), env
+
+    def run(self, playbook="site.yml", *args, **extra_env):
+        argv, env = self._command(playbook, args, extra_env)
+        proc = subprocess.run(argv, cwd=str(self.dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=600, check=False)
+        return Result(proc, self.dir)
+
+    def start(self, playbook="site.yml", *args, **extra_env):
+        """The playbook in the background (to act on the hosts while it runs); finish() waits for it."""
+        argv, env = self._command(playbook, args, extra_env)
+        return subprocess.Popen(argv, cwd=str(self.dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+
+    def finish(self, proc):
+        proc.stdout = proc.communicate(timeout=600)[0]
         return Result(proc, self.dir)
 
 

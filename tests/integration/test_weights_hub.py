@@ -175,10 +175,9 @@ def test_patterns_picking_two_gguf_models_are_e_config(fleet, hub):
 
 def test_the_fetched_gguf_and_draft_serve_with_the_whole_cache_mounted_read_only(fleet, hub, docker_host, tmp_path):
     prefix = "gpuserve-test-hub-%d" % os.getpid()
+    images = os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(tmp_path / "images"))
     fleet.host("s1", None, weights_hf_endpoint=hub.url, llm_port=18140, llm_container_name=prefix,
-               llm_api_key="sk-hub-test", image_debian_cache=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE",
-                                                                          str(tmp_path / "images")),
-               **dict(HUB, llm_drafter="acme/tiny-draft-GGUF"))
+               llm_api_key="sk-hub-test", image_debian_cache=images, **dict(HUB, llm_drafter="acme/tiny-draft-GGUF"))
     try:
         result = fleet.run("site.yml")
         assert result.rc == 0, result

@@ -57,8 +57,8 @@ def manifest(url):
 def test_the_file_list_has_the_hubs_hashes_and_the_patterns_choice(stand_in):
     _server, url = stand_in
     m = manifest(url)
-    assert [f["path"] for f in m["files"]] == sorted(["config.json", "tokenizer.json", BIG,
-                                                       "model-00002-of-00002.safetensors", "sub/extra.txt"])
+    wanted = ["config.json", "tokenizer.json", BIG, "model-00002-of-00002.safetensors", "sub/extra.txt"]
+    assert [f["path"] for f in m["files"]] == sorted(wanted)
     by = dict((f["path"], f) for f in m["files"])
     assert by[BIG]["sha256"] == hashlib.sha256(FILES[BIG]).hexdigest() == by[BIG]["etag"]
     data = FILES["config.json"]
@@ -239,8 +239,8 @@ def test_the_gguf_the_engine_loads_is_one_model_its_first_shard():
 
 
 def test_progress_counts_transfers_in_flight_and_stale_leftovers_go(tmp_path):
-    m = {"repo_id": REPO, "files": [{"path": "a", "etag": "e" * 64, "size": 100}, {"path": "b", "etag": "f" * 40,
-                                                                                  "size": 50}]}
+    m = {"repo_id": REPO, "files": [{"path": "a", "etag": "e" * 64, "size": 100},
+                                    {"path": "b", "etag": "f" * 40, "size": 50}]}
     blobs = tmp_path / "models--acme--tiny" / "blobs"
     (blobs / ".rsync-partial").mkdir(parents=True)
     (blobs / ("e" * 64 + ".1a2b3c4d.incomplete")).write_bytes(b"x" * 30)  # huggingface_hub's

@@ -1,0 +1,191 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+"""Kernel tuning per engine: the tuner's command, what its output must hold, the choice it leads to.
+
+- vLLM: benchmarks/kernels/benchmark_moe.py --tune writes one JSON per MoE shape,
+  E=<experts>,N=<intermediate per GPU>,device_name=<GPU>[,dtype=..][,block_shape=[n,k]].json, a map
+  from batch size to a Triton config; vLLM reads it from VLLM_TUNED_CONFIG_FOLDER.
+- SGLang: benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py writes the same kind of file
+  into the working folder; SGLang reads configs/triton_<version>/ under SGLANG_MOE_CONFIG_DIR.
+- llama.cpp: llama-bench over a grid of threads and batch sizes (JSON records); the fastest
+  generation threads, prompt threads and batch/ubatch go to llama-server (-t, -tb, -b, -ub).
+
+A result is ready only with a stamp, written after the outputs validate; the stamp holds the
+inputs' hash (GPU or CPU model, engine image, model shapes, parallelism, search space).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import json
+import os
+
+# benchmark_moe.py's own default batch sizes (vLLM 0.26.0): the full tune.
+VLLM_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
+# The reduced tune: fewer batch sizes (vLLM takes the nearest one) and a smaller tile search.
+REDUCED_BATCH_SIZES = [1, 4, 16, 64, 256, 1024]
+CONFIG_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+STAMP = "gpuserve-autotune.json"
+
+
+def key(inputs):
+    """The cache key: a hash of everything the result depends on."""
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def device_file_name(gpu_name):
+    """The GPU as vLLM names it in config files (spaces to _, any H200 variant NVIDIA_H200)."""
+    name = gpu_name.replace(" ", "_")
+    return "NVIDIA_H200" if "H200" in name.split("_") else name
+
+
+def moe_shapes(config, tp_size):
+    """E, N (the intermediate size per GPU, as the file name has it), top-k, hidden, dtype and block
+    shape of a MoE checkpoint's config.json (GLM-4.5/4.6 and DeepSeek style, Mixtral style, or a
+    text_config inside a vision model's config)."""
+    cfg = config.get("text_config") or config
+    if "n_routed_experts" in cfg:
+        experts, inter = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
+    elif "num_local_experts" in cfg:
+        experts, inter = cfg["num_local_experts"], cfg["intermediate_size"]
+    elif "num_experts" in cfg:
+        experts, inter = cfg["num_experts"], cfg.get("moe_intermediate_size", cfg.get("intermediate_size"))
+    else:
+        raise ValueError("config.json names no routed experts: not a MoE model, nothing to tune")
+    if inter % tp_size:
+        raise ValueError("the experts' intermediate size %d does not divide by %d GPUs" % (inter, tp_size))
+    quant = config.get("quantization_config") or cfg.get("quantization_config") or {}
+    fp8 = quant.get("quant_method") == "fp8"
+    block = quant.get("weight_block_size") if fp8 else None
+    return {"E": experts, "N": inter // tp_size, "topk": cfg["num_experts_per_tok"], "hidden": cfg["hidden_size"],
+            "dtype": "fp8_w8a8" if fp8 else None, "block_shape": list(block) if block else None}
+
+
+def moe_file_name(shapes, gpu_name):
+    """What the tuner writes and the engine looks for."""
+    name = "E=%d,N=%d,device_name=%s" % (shapes["E"], shapes["N"], device_file_name(gpu_name))
+    if shapes["dtype"]:
+        name += ",dtype=" + shapes["dtype"]
+    if shapes["block_shape"] and all(shapes["block_shape"]):
+        name += ",block_shape=[%s]" % ",".join(str(b) for b in shapes["block_shape"])
+    return name + ".json"
+
+
+def batch_sizes(search):
+    return REDUCED_BATCH_SIZES if search == "reduced" else VLLM_BATCH_SIZES
+
+
+def vllm_command(model_dir, tp_size, shapes, search, save_dir, benchmark="/gpuserve/benchmark_moe.py"):
+    """benchmark_moe.py --tune through the collection's driver (files/tune_moe.py), which narrows
+    the tile search for `reduced` and runs the script unchanged for `full`."""
+    argv = ["python3", "/gpuserve/tune_moe.py", "--search", search, "--", benchmark, "--model", model_dir,
+            "--tp-size", str(tp_size), "--tune", "--save-dir", save_dir, "--batch-size"]
+    argv += [str(b) for b in batch_sizes(search)]
+    if shapes["dtype"]:
+        argv += ["--dtype", shapes["dtype"]]
+    return argv
+
+
+def sglang_command(model_dir, tp_size, shapes, search, save_dir,
+                   tuner="/sgl-workspace/sglang/benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py"):
+    """SGLang's tuner writes into its working folder: run it in configs/triton_<version>/ under
+    the folder that becomes SGLANG_MOE_CONFIG_DIR."""
+    args = ["--model", model_dir, "--tp-size", str(tp_size), "--tune", "--batch-size"]
+    args += [str(b) for b in batch_sizes(search)]
+    if shapes["dtype"]:
+        args += ["--dtype", shapes["dtype"]]
+    script = ('set -e; d=%s/configs/triton_$(python3 -c "import triton; print(triton.__version__.replace(\'.\', \'_\'))"); '
+              'mkdir -p "$d"; cd "$d"; exec python3 /gpuserve/tune_moe.py --search %s -- %s %s'
+              % (save_dir, search, tuner, " ".join(args)))
+    return ["sh", "-c", script]
+
+
+def validate_moe(folder, file_name, expected_batch_sizes):
+    """Problems with a MoE tuner's output: the file absent, unreadable, a batch size or a field missing."""
+    found = []
+    for root, _dirs, names in os.walk(folder):
+        if file_name in names:
+            found.append(os.path.join(root, file_name))
+    if not found:
+        return ["%s was not written under %s" % (file_name, folder)], None
+    try:
+        with open(found[0]) as f:
+            data = json.load(f)
+    except (IOError, OSError, ValueError) as e:
+        return ["%s cannot be read: %s" % (found[0], e)], None
+    problems = []
+    missing = [b for b in expected_batch_sizes if str(b) not in data]
+    if missing:
+        problems.append("%s lacks batch sizes %s" % (file_name, ", ".join(str(b) for b in missing)))
+    for batch, config in sorted(data.items()):
+        if batch.isdigit():
+            absent = [k for k in CONFIG_FIELDS if not isinstance(config.get(k), int)]
+            if absent:
+                problems.append("%s: batch size %s lacks %s" % (file_name, batch, ", ".join(absent)))
+    return problems, found[0]
+
+
+def llamacpp_grid(cpus, threads=None, batches=None, ubatches=None):
+    """The llama-bench grid: thread counts up to the host's CPUs (powers of two and the count
+    itself), and batch / ubatch sizes with ubatch <= batch."""
+    if not threads:
+        threads, n = [], 1
+        while n < cpus:
+            threads.append(n)
+            n *= 2
+        threads.append(cpus)
+    return {"threads": sorted(set(t for t in threads if 0 < t <= max(cpus, 1))) or [1],
+            "batches": sorted(set(batches or [256, 512, 2048])),
+            "ubatches": sorted(set(ubatches or [128, 512]))}
+
+
+def llamacpp_command(model_file, grid, n_prompt, n_gen, repetitions, out_dir):
+    """Two llama-bench runs in the engine's image: generation over threads, prompt processing over
+    threads x batch x ubatch; JSON into out_dir, each file moved into place only when complete."""
+    threads = ",".join(str(t) for t in grid["threads"])
+    tg = ["llama-bench", "-m", model_file, "-p", "0", "-n", str(n_gen), "-t", threads, "-r", str(repetitions),
+          "-o", "json"]
+    pp = ["llama-bench", "-m", model_file, "-p", str(n_prompt), "-n", "0", "-t", threads,
+          "-b", ",".join(str(b) for b in grid["batches"]), "-ub", ",".join(str(u) for u in grid["ubatches"]),
+          "-r", str(repetitions), "-o", "json"]
+    script = ("set -e; %s > %s/tg.json.part; mv %s/tg.json.part %s/tg.json; %s > %s/pp.json.part; "
+              "mv %s/pp.json.part %s/pp.json" % (" ".join(tg), out_dir, out_dir, out_dir, " ".join(pp), out_dir,
+                                                 out_dir, out_dir))
+    return ["sh", "-c", script]
+
+
+def choose_llamacpp(tg, pp, grid, n_prompt, n_gen):
+    """From llama-bench's records: the fastest generation threads, the fastest prompt threads, and
+    the fastest batch / ubatch at those threads. Returns (choice, problems)."""
+    problems = []
+    gen = dict((r["n_threads"], r["avg_ts"]) for r in tg if r.get("n_gen") == n_gen and r.get("n_prompt") == 0)
+    missing = [t for t in grid["threads"] if t not in gen]
+    if missing:
+        problems.append("generation results lack threads %s" % missing)
+    prompt = {}
+    for r in pp:
+        if r.get("n_prompt") == n_prompt and r.get("n_gen") == 0:
+            prompt[(r["n_threads"], r["n_batch"], r["n_ubatch"])] = r["avg_ts"]
+    wanted = [(t, b, u) for t in grid["threads"] for b in grid["batches"] for u in grid["ubatches"] if u <= b]
+    absent = [w for w in wanted if w not in prompt]
+    if absent:
+        problems.append("prompt results lack %d of %d grid points (threads, batch, ubatch), e.g. %s"
+                        % (len(absent), len(wanted), list(absent[0])))
+    if problems or not gen or not prompt:
+        return None, problems or ["llama-bench wrote no results"]
+    threads = max(gen, key=lambda t: (gen[t], -t))
+    tb, batch, ubatch = max(prompt, key=lambda k: (prompt[k], -k[0]))
+    return {"threads": threads, "threads_batch": tb, "batch_size": batch, "ubatch_size": ubatch,
+            "tg_tokens_per_s": round(gen[threads], 1), "pp_tokens_per_s": round(prompt[(tb, batch, ubatch)], 1),
+            "grid_points": len(gen) + len(prompt)}, []
+
+
+def read_stamp(folder):
+    try:
+        with open(os.path.join(folder, STAMP)) as f:
+            return json.load(f)
+    except (IOError, OSError, ValueError):
+        return None
