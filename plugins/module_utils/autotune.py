@@ -60,6 +60,14 @@ def moe_shapes(config, tp_size):
     quant = config.get("quantization_config") or cfg.get("quantization_config") or {}
     fp8 = quant.get("quant_method") == "fp8"
     block = quant.get("weight_block_size") if fp8 else None
+    if block and (inter // tp_size) % block[0]:
+        # Seen on an H200 (tests/gpu/RESULTS.md): the tuner's per-token-group FP8 quantisation asserts
+        # on it. (Whether vLLM's serving path refuses the same split was not tried there.)
+        per_gpu = inter // tp_size
+        raise ValueError(
+            "the experts' intermediate size per GPU, %d (%d over %d GPUs), is not a multiple of the FP8 block %d: "
+            "the block-FP8 MoE kernels cannot split it; use fewer GPUs per engine (a divisor of %d) or expert "
+            "parallelism" % (per_gpu, inter, tp_size, block[0], inter // block[0]))
     return {"E": experts, "N": inter // tp_size, "topk": cfg["num_experts_per_tok"], "hidden": cfg["hidden_size"],
             "dtype": "fp8_w8a8" if fp8 else None, "block_shape": list(block) if block else None}
 

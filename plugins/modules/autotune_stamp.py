@@ -92,6 +92,10 @@ options:
     description: Tokens of the generation runs.
     type: int
     default: 64
+  checking:
+    description: The play runs in check mode (the model may not be made yet; the plan says so instead of failing).
+    type: bool
+    default: false
   plan:
     description: The plan (O(state=plan)'s result) whose output O(state=present) validates.
     type: dict
@@ -231,6 +235,11 @@ def sha256(path):
 def plan(module, p):
     inputs = dict(p["inputs"], engine=p["engine"])
     out = {}
+    model = p["model_file"] if p["engine"] == "llamacpp" else p["model_dir"]
+    if p["checking"] and not os.path.exists(model):
+        # A check run on a fresh host: the weights stage would make the model first.
+        return dict(key="pending", dir="", ready=False, inputs=inputs, engine=p["engine"], pending=True,
+                    command=[])
     try:
         if p["engine"] == "llamacpp":
             model, cpus = processor()
@@ -357,6 +366,7 @@ def main():
             ubatch_sizes=dict(type="list", elements="int", default=[]),
             n_prompt=dict(type="int", default=512),
             n_gen=dict(type="int", default=64),
+            checking=dict(type="bool", default=False),
             plan=dict(type="dict"),
             tuned_on=dict(type="str", default=""),
             container_model=dict(type="str", default=""),

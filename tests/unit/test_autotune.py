@@ -31,13 +31,24 @@ def tuned(batch_sizes):
 
 
 def test_glm_shapes_give_the_file_name_vllm_looks_for():
-    shapes = autotune.moe_shapes(glm_config(FP8), 2)
-    assert (shapes["E"], shapes["N"], shapes["topk"], shapes["hidden"]) == (128, 704, 8, 4096)
+    shapes = autotune.moe_shapes(glm_config(FP8), 1)
+    assert (shapes["E"], shapes["N"], shapes["topk"], shapes["hidden"]) == (128, 1408, 8, 4096)
+    # The name the tuner wrote on an H200 (tests/gpu/h200-tune-moe-2026-11-30/).
     assert autotune.moe_file_name(shapes, "NVIDIA H200") == \
-        "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
-    # vLLM 0.26.0 ships this shape for the H100 (without the block shape): the same spelling.
-    assert autotune.moe_file_name(dict(shapes, block_shape=None), "NVIDIA H100 80GB HBM3") == \
+        "E=128,N=1408,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+    assert os.path.exists(os.path.join(TESTS, "gpu", "h200-tune-moe-2026-11-30", autotune.moe_file_name(shapes, "NVIDIA H200")))
+    # vLLM 0.26.0 ships E=128,N=704 (two GPUs) for the H100 with per-tensor FP8: the same spelling.
+    tp2 = autotune.moe_shapes(glm_config({"quantization_config": {"quant_method": "fp8"}}), 2)
+    assert autotune.moe_file_name(tp2, "NVIDIA H100 80GB HBM3") == \
         "E=128,N=704,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json"
+
+
+def test_block_fp8_experts_that_do_not_split_by_the_block_are_refused():
+    """1408 / 4 = 352 is no multiple of 128: the tuner's FP8 quantisation asserted on it on an H200."""
+    for gpus in (2, 4):
+        with pytest.raises(ValueError) as refused:
+            autotune.moe_shapes(glm_config(FP8), gpus)
+        assert "not a multiple of the FP8 block 128" in str(refused.value)
     assert autotune.moe_file_name(autotune.moe_shapes(glm_config(), 4), "NVIDIA H200 NVL") == \
         "E=128,N=352,device_name=NVIDIA_H200.json"
     with pytest.raises(ValueError):
@@ -45,22 +56,22 @@ def test_glm_shapes_give_the_file_name_vllm_looks_for():
 
 
 def test_vllm_and_sglang_commands():
-    shapes = autotune.moe_shapes(glm_config(FP8), 4)
-    argv = autotune.vllm_command("/models/main", 4, shapes, "reduced", "/autotune")
+    shapes = autotune.moe_shapes(glm_config(FP8), 1)
+    argv = autotune.vllm_command("/models/main", 1, shapes, "reduced", "/autotune")
     assert argv[:5] == ["python3", "/gpuserve/tune_moe.py", "--search", "reduced", "--"]
-    assert argv[5:12] == ["/gpuserve/benchmark_moe.py", "--model", "/models/main", "--tp-size", "4", "--tune",
+    assert argv[5:12] == ["/gpuserve/benchmark_moe.py", "--model", "/models/main", "--tp-size", "1", "--tune",
                           "--save-dir"]
     assert argv[argv.index("--batch-size") + 1:argv.index("--dtype")] == ["1", "4", "16", "64", "256", "1024"]
     assert argv[-2:] == ["--dtype", "fp8_w8a8"]
-    full = autotune.vllm_command("/models/main", 4, shapes, "full", "/autotune")
+    full = autotune.vllm_command("/models/main", 1, shapes, "full", "/autotune")
     assert len(full[full.index("--batch-size") + 1:full.index("--dtype")]) == 18
-    sh = autotune.sglang_command("/models/main", 2, shapes, "full", "/autotune")
+    sh = autotune.sglang_command("/models/main", 1, shapes, "full", "/autotune")
     assert sh[:2] == ["sh", "-c"] and 'cd "$d"' in sh[2] and "/autotune/configs/triton_" in sh[2]
-    assert "tuning_fused_moe_triton.py --model /models/main --tp-size 2 --tune" in sh[2]
+    assert "tuning_fused_moe_triton.py --model /models/main --tp-size 1 --tune" in sh[2]
 
 
 def test_moe_output_validates_only_with_every_batch_size_and_field(tmp_path):
-    name = "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+    name = "E=128,N=1408,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
     sizes = autotune.batch_sizes("reduced")
     assert autotune.validate_moe(str(tmp_path), name, sizes)[0] == ["%s was not written under %s" % (name, tmp_path)]
     (tmp_path / name).write_text(json.dumps(tuned(sizes[:-1])))
@@ -75,6 +86,9 @@ def test_moe_output_validates_only_with_every_batch_size_and_field(tmp_path):
     (tmp_path / name).unlink()
     (nested / name).write_text(json.dumps(tuned(sizes)))
     assert autotune.validate_moe(str(tmp_path), name, sizes) == ([], str(nested / name))
+    # The file the tuner wrote on an H200 validates as it is.
+    real = os.path.join(TESTS, "gpu", "h200-tune-moe-2026-11-30")
+    assert autotune.validate_moe(real, name, sizes) == ([], os.path.join(real, name))
 
 
 def bench(name):
