@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -476,24 +475,23 @@ def rsync_command(url, cache_dir, list_file, timeout, bwlimit_kib=0):
             + ["--files-from=" + list_file, url.rstrip("/") + "/", cache_dir.rstrip("/") + "/"])
 
 
-def fetch_rsync(cache_dir, manifest, url, password, wanted, timeout=300, bwlimit_kib=0):
-    """The missing blobs pulled from a peer's rsync daemon (a partial file resumes on the next run)."""
+def fetch_rsync(cache_dir, manifest, url, password, wanted, run, timeout=300, bwlimit_kib=0):
+    """The missing blobs pulled from a peer's rsync daemon (a partial file resumes on the next run).
+    run: AnsibleModule.run_command, or anything that takes (argv, environ_update=) and returns
+    (rc, stdout, stderr)."""
     repo = manifest["repo_id"]
     fd, list_file = tempfile.mkstemp(prefix=".gpuserve-rsync-", dir=cache_dir)
     with os.fdopen(fd, "w") as f:
         for w in wanted:
             f.write("%s/blobs/%s\n" % (repo_folder(repo), w["etag"]))
-    env = dict(os.environ, RSYNC_PASSWORD=password or "")
     try:
-        proc = subprocess.run(rsync_command(url, cache_dir, list_file, timeout, bwlimit_kib), env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
-    except OSError as e:
-        raise HubError("E_DOWNLOAD", "rsync could not run on the host (%s): install rsync" % e)
+        rc, _out, err = run(rsync_command(url, cache_dir, list_file, timeout, bwlimit_kib),
+                            environ_update={"RSYNC_PASSWORD": password or ""})
     finally:
         os.unlink(list_file)
-    if proc.returncode != 0:
-        tail = " / ".join(scrub(proc.stderr, [password]).strip().splitlines()[-4:])
-        raise HubError("E_DOWNLOAD", "rsync from %s exited %d: %s" % (url, proc.returncode, tail))
+    if rc != 0:
+        tail = " / ".join(scrub(err, [password]).strip().splitlines()[-4:])
+        raise HubError("E_DOWNLOAD", "rsync from %s exited %d: %s" % (url, rc, tail))
 
 
 def gguf_model(manifest):

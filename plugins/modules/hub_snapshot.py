@@ -276,8 +276,11 @@ def main():
                 elif p["source"] == "folder":
                     hub.fetch_folder(cache, manifest, p["source_path"], lacking)
                 else:
+                    if module.get_bin_path("rsync") is None:
+                        raise hub.HubError("E_DOWNLOAD", "rsync is not installed on the host: install it (the "
+                                                         "package rsync) to copy from " + p["source_path"])
                     hub.fetch_rsync(cache, manifest, p["source_path"], p["rsync_password"], lacking,
-                                    bwlimit_kib=p["rsync_bwlimit_kib"])
+                                    module.run_command, bwlimit_kib=p["rsync_bwlimit_kib"])
             hub.link_snapshot(cache, manifest)
             still = hub.missing(cache, manifest)
             if still:

@@ -210,6 +210,13 @@ def rsync_daemon(tmp_path):
     subprocess.run(["pkill", "--pidfile", "%s/rsyncd.pid" % tmp_path], check=False)
 
 
+def run(argv, environ_update=None):
+    """What AnsibleModule.run_command gives the module: (rc, stdout, stderr)."""
+    proc = subprocess.run(argv, env=dict(os.environ, **(environ_update or {})), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
 def test_a_peer_copies_over_rsync_and_a_wrong_password_is_e_download(stand_in, rsync_daemon, tmp_path):
     _server, url = stand_in
     served, rsync_url = rsync_daemon
@@ -219,10 +226,10 @@ def test_a_peer_copies_over_rsync_and_a_wrong_password_is_e_download(stand_in, r
     peer = str(tmp_path / "peer")
     os.makedirs(peer)
     with pytest.raises(hub.HubError) as refused:
-        hub.fetch_rsync(peer, m, rsync_url, "wrong-SECRET", m["files"])
+        hub.fetch_rsync(peer, m, rsync_url, "wrong-SECRET", m["files"], run)
     assert refused.value.code == "E_DOWNLOAD" and "auth failed" in refused.value.message
     assert "SECRET" not in refused.value.message
-    hub.fetch_rsync(peer, m, rsync_url, "pw-unit-SECRET", m["files"])
+    hub.fetch_rsync(peer, m, rsync_url, "pw-unit-SECRET", m["files"], run)
     hub.link_snapshot(peer, m)
     assert hub.missing(peer, m) == [] and hub.verify(peer, m)[2] == []
 
