@@ -105,6 +105,9 @@ CODES = {
     "E_SMOKE": (
         ERROR, "the smoke request failed",
         "Read the reply shown; check the served model name, API key and the engine log."),
+    "W_AUTOTUNE_SKIPPED": (
+        WARNING, "a tune is due but the engine is serving on the host; the new setup starts untuned",
+        "Stop the service (playbooks/stop.yml) in a quiet hour and rerun with --tags autotune, then --tags service."),
     "W_POWER": (
         WARNING, "enforced power limit differs from preflight_expected_power_w; never changed",
         "Results may differ from the recipe's; set the limit yourself if you mean to, or set preflight_expected_power_w."),
