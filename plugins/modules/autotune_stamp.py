@@ -131,7 +131,7 @@ EXAMPLES = r"""
     engine: llamacpp
     base_dir: /var/lib/gpuserve/cache/autotune
     model_file: /var/lib/gpuserve/models/dummy/m/model.gguf
-    inputs: {image: "sha256:...", parallel: 4}
+    inputs: {image: "sha256:..."}
   register: plan
 
 - name: Stamp when the tuner's output validates
@@ -192,6 +192,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import autotune, docker_api
+from ansible_collections.gpuserve.llm.plugins.module_utils.dummy_gguf import digest as sha256
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
 
 
@@ -222,14 +223,6 @@ def file_identity(path):
     with open(path, "rb") as f:
         h.update(f.read(16 << 20))
     return "%d:%s" % (os.path.getsize(path), h.hexdigest())
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def plan(module, p):
