@@ -15,7 +15,9 @@ description:
   - Renders templates/<engine>.j2 for the engine named by C(llm_engine) and returns C(argv) (the container's
     command), C(env) (its environment; the API key goes here, never on argv) and C(display) (the command as a
     person would type it, with secrets shown as <variable name>).
-  - The same file provides C(engine_profile) (image, health endpoint and pool source of an engine).
+  - The same file provides C(engine_profile) (image, health endpoint and pool source of an engine) and
+    C(undrafted_argv) (an engine's argv without its drafter flags, on another port) and C(engine_url) (how a
+    process on the host reaches an engine bound to a port and address).
 options:
   _input:
     description: The llm_ settings, by name.
@@ -77,6 +79,18 @@ def engine_command(settings, paths=None, facts=None):
         raise AnsibleFilterError("rendering the %s command failed: %s" % (settings.get("llm_engine"), e))
 
 
+def undrafted_argv(argv, engine, port=None):
+    if engine not in engines.DRAFTER_FLAGS:
+        raise AnsibleFilterError("no engine profile %r; known: %s" % (engine, ", ".join(sorted(engines.PROFILES))))
+    return engines.undrafted_argv(list(argv), engine, None if port is None else int(port))
+
+
+def engine_url(port, host="0.0.0.0"):
+    """How a process on the host reaches the engine (a wildcard bind answers on loopback)."""
+    host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else ("[%s]" % host if ":" in host else host)
+    return "http://%s:%s" % (host, port)
+
+
 def patch_series(directory):
     """The patch series in a folder, in order: a `series` file names it, else the *.patch names sorted.
 
@@ -105,4 +119,5 @@ def patch_series(directory):
 
 class FilterModule(object):
     def filters(self):
-        return {"engine_command": engine_command, "engine_profile": engine_profile, "patch_series": patch_series}
+        return {"engine_command": engine_command, "engine_profile": engine_profile, "patch_series": patch_series,
+                "undrafted_argv": undrafted_argv, "engine_url": engine_url}

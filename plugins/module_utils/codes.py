@@ -105,6 +105,15 @@ CODES = {
     "E_SMOKE": (
         ERROR, "the smoke request failed",
         "Read the reply shown; check the served model name, API key and the engine log."),
+    "E_ENDPOINT": (
+        ERROR, "verify or bench found no engine answering at the host's endpoint",
+        "Bring the host up first (site.yml); check llm_port, llm_host and llm_api_key, and that the engine is LIVE."),
+    "E_VERIFY": (
+        ERROR, "a verify check that counts failed (counts and first failures in reports/<host>/verify.md)",
+        "Read the failures in the report; an exactness failure is an engine or setting problem, a quality one the model's."),
+    "E_BENCH": (
+        ERROR, "a bench measurement's requests failed",
+        "Read the error shown and the engine log (docker logs on the host); lower bench_concurrency or the prompt sizes."),
     "W_AUTOTUNE_SKIPPED": (
         WARNING, "a tune is due but the engine is serving on the host; the new setup starts untuned",
         "Stop the service (playbooks/stop.yml) in a quiet hour and rerun with --tags autotune, then --tags service."),

@@ -114,6 +114,34 @@ def command_context(settings, paths, facts=None):
     return ctx
 
 
+# The flags that turn drafting on, with how many values each takes: taking them out of a drafted
+# command gives the same configuration undrafted (tests/unit check this against the templates).
+DRAFTER_FLAGS = {
+    "vllm": {"--speculative-config": 1},
+    "sglang": {"--speculative-algorithm": 1, "--speculative-num-steps": 1, "--speculative-eagle-topk": 1,
+               "--speculative-num-draft-tokens": 1, "--speculative-draft-model-path": 1},
+    "llamacpp": {"--model-draft": 1, "--spec-type": 1},
+}
+
+
+def undrafted_argv(argv, engine, port=None):
+    """The engine's argv without its drafter (and on another port when given): the undrafted twin that
+    verify compares drafted replies with, since no engine here turns drafting off per request."""
+    flags = DRAFTER_FLAGS[engine]
+    out, skip = [], 0
+    for i, arg in enumerate(argv):
+        if skip:
+            skip -= 1
+            continue
+        if arg in flags:
+            skip = flags[arg]
+            continue
+        if port is not None and i > 0 and argv[i - 1] == "--port":
+            arg = str(port)
+        out.append(arg)
+    return out
+
+
 # Pool figures: how many KV tokens the engine's pool holds, and how many are free now.
 
 def _prom_samples(text, name):

@@ -422,6 +422,8 @@ def progress_line(state, now=None):
     if not state:
         return "starting"
     now = now or time.time()
+    if "line" in state:  # a job that counts steps, not bytes (verify, bench)
+        return "%s, %d s" % (state["line"], int(now - state.get("started", now)))
     done, total = state.get("done", 0), state.get("total", 0)
     elapsed = max(now - state.get("phase_started", state.get("started", now)), 1e-6)
     pct = (100.0 * done / total) if total else 100.0

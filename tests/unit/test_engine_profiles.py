@@ -221,3 +221,18 @@ def test_settings_given_as_text_render_as_their_types():
     argv = engine_command(dict(settings, llm_parallel="2", llm_context="2048"), paths, facts)["argv"]
     assert argv[argv.index("--parallel") + 1] == "2"
     assert argv[argv.index("--ctx-size") + 1] == "4096"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("drafter", ["mtp", "ngram", "acme/tiny-draft"])
+def test_taking_the_drafter_flags_out_gives_the_undrafted_command(name, drafter):
+    """verify's undrafted twin: the engine's argv without DRAFTER_FLAGS is the command the template renders with
+    llm_drafter off, on the twin's port. A drafter flag added to a template without the table fails here."""
+    settings, paths, facts = CASES[name]
+    paths = dict(paths, draft_dir="/models/draft", draft_file="/models/draft/model.gguf")
+    if settings["llm_engine"] == "llamacpp" and drafter == "ngram":
+        pytest.skip("llama.cpp's template renders no ngram drafter")
+    drafted = engine_command(dict(settings, llm_drafter=drafter), paths, facts)["argv"]
+    undrafted = engine_command(dict(settings, llm_drafter="off", llm_port=9021), paths, facts)["argv"]
+    assert drafted != undrafted
+    assert engines.undrafted_argv(drafted, settings["llm_engine"], 9021) == undrafted

@@ -1,0 +1,203 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+"""The recipe's performance tables, measured from the client over the streaming API.
+
+Decode: N concurrent requests, distinct prompts, greedy, a fixed reply length (ignore_eos; the
+structured rows end where their schema ends): aggregate tok/s (all reply tokens over the wall time
+from the first request out to the last token in), median per-request tok/s (reply tokens after the
+first over the time from the first to the last content chunk), median time to first content token.
+Prefill: cold prompts, each with its own prefix: prompt tokens over the time to the first token.
+Prompt reuse: a conversation growing turn by turn, each turn's time to first token, against a cold
+prompt as long as the last turn.
+
+Beside each row, where the engine reports them: its own figures (llama.cpp's per-request timings,
+vLLM's and SGLang's Prometheus histograms over the row), and the client's CPU use (this process's
+CPU seconds over the row's wall seconds), which shows that the client is not the bottleneck.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+import uuid
+import zlib
+
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.gpuserve.llm.plugins.module_utils import prompts
+from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import prom_values
+
+# Special tokens are shown so that every generated token is a timed chunk: burn-in weights pick them
+# under greedy decoding, and a real model's replies past an ignored end of stream can hold them too
+# (engines that skip them send no chunk for them).
+GREEDY = {"temperature": 0, "top_p": 1, "skip_special_tokens": False}
+# (histogram base name, what it is) per engine; the mean over a row is delta(sum) / delta(count).
+ENGINE_HISTOGRAMS = {
+    "ttft_ms": ["vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"],
+    "itl_ms": ["vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+               "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"],
+}
+DRAFT_ACCEPTED = ["llamacpp:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"]
+DRAFT_TOKENS = ["llamacpp:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_draft_tokens_total"]
+
+
+def median(values):
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2.0
+
+
+def rnd(value, digits=1):
+    return None if value is None else round(value, digits)
+
+
+def engine_figures(before, after, streams):
+    """What the engine itself says about a row: its histograms' means over the row, its draft
+    acceptance, and llama.cpp's per-request timings (median)."""
+    out = {}
+    for key, names in ENGINE_HISTOGRAMS.items():
+        for name in names:
+            count = prom_values(after, name + "_count") - prom_values(before, name + "_count")
+            if count > 0:
+                out[key] = rnd(1000.0 * (prom_values(after, name + "_sum") - prom_values(before, name + "_sum")) / count, 2)
+                break
+    if "itl_ms" in out and out["itl_ms"]:
+        out["decode_tok_s"] = rnd(1000.0 / out["itl_ms"])
+    drafted = sum(prom_values(after, n) - prom_values(before, n) for n in DRAFT_TOKENS)
+    if drafted > 0:
+        out["draft_acceptance"] = rnd(sum(prom_values(after, n) - prom_values(before, n) for n in DRAFT_ACCEPTED)
+                                      / drafted, 3)
+    timings = [s["timings"] for s in streams if s.get("timings")]
+    if timings:
+        out["decode_tok_s"] = rnd(median(t.get("predicted_per_second") for t in timings))
+        out["prompt_tok_s"] = rnd(median(t.get("prompt_per_second") for t in timings))
+        out["prompt_ms"] = rnd(median(t.get("prompt_ms") for t in timings))
+    return out
+
+
+class Bench(object):
+    def __init__(self, client, opts, log=None):
+        self.client = client
+        self.o = opts
+        self.log = log or (lambda line: None)
+        self.nonce = uuid.uuid4().hex[:12]  # cold prompts of this run share no prefix with any earlier run
+        self.sizer = None
+        self.counter = 0
+
+    def _stream(self, messages, max_tokens, **params):
+        return self.client.stream(messages, max_tokens=max_tokens, **dict(GREEDY, **params))
+
+    def _window(self, fn, items, workers):
+        """Run fn over items on `workers` threads; (results, wall seconds, client CPU cores, metrics before, after)."""
+        before = self.client.metrics()
+        cpu0, wall0 = time.process_time(), time.time()
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            results = list(pool.map(fn, items))
+        wall = time.time() - wall0
+        cpu = time.process_time() - cpu0
+        return results, wall, (cpu / wall if wall > 0 else None), before, self.client.metrics()
+
+    # -- decode -------------------------------------------------------------------------------
+
+    def decode_row(self, kind, n):
+        reply = self.o["reply_tokens"]
+        base = self.counter
+        self.counter += n
+
+        def one(i):
+            content = prompts.decode_prompt(kind, base + i)
+            params = {}
+            if kind == "structured":
+                params["response_format"] = {"type": "json_schema", "json_schema": {
+                    "name": "article", "schema": prompts.ARTICLE_SCHEMA}}
+            elif self.o["ignore_eos"]:
+                params["ignore_eos"] = True
+            return self._stream([{"role": "user", "content": content}], reply, **params)
+
+        streams, wall, cores, before, after = self._window(one, range(n), n)
+        tokens = [self._tokens(s) for s in streams]
+        start = min(s["start"] for s in streams)
+        end = max(s["end"] for s in streams)
+        per_request = [(t - 1) / (s["last"] - s["first"]) for s, t in zip(streams, tokens)
+                       if s["first"] is not None and s["last"] > s["first"] and t > 1]
+        ttfts = [s["first"] - s["start"] for s in streams if s["first"] is not None]
+        return {
+            "kind": kind, "requests": n, "reply_tokens": sum(tokens), "mean_reply_tokens": rnd(sum(tokens) / float(n)),
+            "aggregate_tok_s": rnd(sum(tokens) / (end - start)) if end > start else None,
+            "per_request_tok_s": rnd(median(per_request)), "ttft_ms": rnd(1000 * median(ttfts)) if ttfts else None,
+            "wall_s": rnd(wall, 2), "client_cpu_cores": rnd(cores, 3), "engine": engine_figures(before, after, streams),
+        }
+
+    @staticmethod
+    def _tokens(s):
+        usage = s.get("usage") or {}
+        return int(usage.get("completion_tokens") or s["chunks"])
+
+    # -- prefill and reuse ----------------------------------------------------------------------
+
+    def _count(self, text):
+        data, _seconds = self.client.chat([{"role": "user", "content": text}], max_tokens=1, **GREEDY)
+        return int(data["usage"]["prompt_tokens"])
+
+    def _cold_text(self, tokens, tag):
+        if self.sizer is None:
+            self.sizer = prompts.Sizer(self._count)
+        prefix = "[%s %s] " % (self.nonce, tag)  # a prefix no earlier request had: nothing to reuse
+        return prefix + prompts.filler(zlib.crc32(tag.encode("utf-8")), self.sizer.chars(tokens, 40)) + \
+            "\n\nSummarize the text above in one sentence."
+
+    def _first_token(self, messages):
+        s = self._stream(messages, self.o["prefill_reply_tokens"])
+        first = s["first"] if s["first"] is not None else s["end"]
+        return s, first - s["start"]
+
+    def prefill_row(self, size):
+        text = self._cold_text(size, "prefill-%d" % size)
+        results, wall, cores, before, after = self._window(
+            lambda _item: self._first_token([{"role": "user", "content": text}]), [0], 1)
+        s, ttft = results[0]
+        prompt_tokens = int((s.get("usage") or {}).get("prompt_tokens") or 0)
+        return {"size": size, "prompt_tokens": prompt_tokens, "ttft_s": rnd(ttft, 3),
+                "prefill_tok_s": rnd(prompt_tokens / ttft) if ttft > 0 and prompt_tokens else None,
+                "client_cpu_cores": rnd(cores, 3), "engine": engine_figures(before, after, [s])}
+
+    def reuse_rows(self):
+        size, turns = self.o["reuse_tokens"], self.o["reuse_turns"]
+        messages = [{"role": "user", "content": self._cold_text(size, "reuse")}]
+        times, sizes = [], []
+        for turn in range(turns):
+            s, ttft = self._first_token(messages)
+            times.append(ttft)
+            sizes.append(int((s.get("usage") or {}).get("prompt_tokens") or 0))
+            messages = messages + [{"role": "assistant", "content": s["text"] or "(no reply)"},
+                                   {"role": "user", "content": "Now name one more detail of the text, turn %d." % (turn + 2)}]
+        # A cold prompt as long as the last turn: the matched first-time figure.
+        matched, matched_ttft = self._first_token([{"role": "user", "content": self._cold_text(sizes[-1], "reuse-matched")}])
+        return {"first_turn_tokens": sizes[0], "first_time_s": rnd(times[0], 3),
+                "next_turn_tokens": sizes[1:], "next_times_s": [rnd(t, 3) for t in times[1:]],
+                "next_time_s": rnd(median(times[1:]), 3),
+                "matched_cold_tokens": int((matched.get("usage") or {}).get("prompt_tokens") or 0),
+                "matched_cold_s": rnd(matched_ttft, 3),
+                "speedup": rnd(matched_ttft / median(times[1:]), 1) if median(times[1:]) else None}
+
+    # -- all ----------------------------------------------------------------------------------
+
+    def run(self):
+        out = {"decode": [], "prefill": [], "reuse": None}
+        # One short request first: the engine's first request may compile or warm caches.
+        self._stream([{"role": "user", "content": "Warm up."}], 8)
+        for kind in self.o["kinds"]:
+            for n in self.o["concurrency"]:
+                self.log("decode %s x%d" % (kind, n))
+                out["decode"].append(self.decode_row(kind, n))
+        for size in self.o["prefill_sizes"]:
+            self.log("prefill %d" % size)
+            out["prefill"].append(self.prefill_row(size))
+        if self.o["reuse_turns"] > 1 and self.o["reuse_tokens"] > 0:
+            self.log("prompt reuse")
+            out["reuse"] = self.reuse_rows()
+        return out

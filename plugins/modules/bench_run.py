@@ -1,0 +1,197 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: bench_run
+short_description: The recipe's decode, prefill and prompt-reuse tables, measured against served engines
+version_added: "0.1.0"
+description:
+  - Runs on the host against one or more OpenAI-compatible endpoints (several for a side-by-side run), one after
+    the other. Decode at each concurrency for prose, structured and code prompts (distinct prompts, greedy, a fixed
+    reply length) - aggregate tok/s, median per-request tok/s, median time to first token. Prefill of cold prompts
+    (each with its own prefix) - tok/s and time to first token. Prompt reuse - a conversation's turns against a cold
+    prompt as long as its last turn.
+  - Timing is the client's, from the stream; the engine's own figures are given beside where it reports them, and
+    the client's CPU use for every row.
+  - Fails with E_ENDPOINT when an endpoint does not answer, E_BENCH when a measurement's requests fail.
+author:
+  - gpuserve.llm contributors (@gpuserve)
+extends_documentation_fragment:
+  - gpuserve.llm.attributes
+attributes:
+  check_mode:
+    support: none
+    details: Sends requests for minutes; in check mode the bench role says what it would measure instead.
+  diff_mode:
+    support: none
+options:
+  endpoints:
+    description: The endpoints, measured one after the other.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: The endpoint's name in the report.
+        type: str
+        required: true
+      url:
+        description: Its base URL as the host reaches it.
+        type: str
+        required: true
+      api_key:
+        description: Its API key (never shown).
+        type: str
+        default: ""
+      model:
+        description: Its served model name.
+        type: str
+        required: true
+  concurrency:
+    description: Concurrent requests of the decode rows.
+    type: list
+    elements: int
+    default: [1, 2, 4, 8, 16]
+  kinds:
+    description: Prompt kinds of the decode rows.
+    type: list
+    elements: str
+    default: [prose, structured, code]
+  reply_tokens:
+    description: Reply tokens of a decode request.
+    type: int
+    default: 400
+  ignore_eos:
+    description: Keep generating past the end of the reply, so that every reply has O(reply_tokens) tokens.
+    type: bool
+    default: true
+  prefill_sizes:
+    description: Cold prompt sizes in tokens.
+    type: list
+    elements: int
+    default: [2048, 8192, 32768]
+  prefill_reply_tokens:
+    description: Reply tokens of a prefill request (the time to the first is what counts).
+    type: int
+    default: 8
+  reuse_tokens:
+    description: Tokens of the conversation's first turn for prompt reuse (0 - no reuse rows).
+    type: int
+    default: 32768
+  reuse_turns:
+    description: Turns of the conversation.
+    type: int
+    default: 5
+  timeout:
+    description: Seconds one request may take.
+    type: int
+    default: 1800
+  progress_file:
+    description: Where to write the step being measured (read by M(gpuserve.llm.job_progress)); empty for none.
+    type: path
+    default: ""
+"""
+
+EXAMPLES = r"""
+- name: Measure the host's engine
+  gpuserve.llm.bench_run:
+    endpoints:
+      - {name: recipe, url: "http://127.0.0.1:8020", api_key: "{{ llm_api_key }}", model: glm-4.6v}
+    concurrency: [1, 4, 16, 64]
+    prefill_sizes: [2048, 8192, 32768]
+  register: bench_result
+"""
+
+RETURN = r"""
+endpoints:
+  description: Per endpoint - name, url, models, decode rows, prefill rows, reuse, seconds.
+  returned: always
+  type: list
+  elements: dict
+client:
+  description: The machine the client ran on - CPU model and count.
+  returned: always
+  type: dict
+"""
+
+import json
+import os
+import platform
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuserve.llm.plugins.module_utils import bench
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
+from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError
+from ansible_collections.gpuserve.llm.plugins.module_utils.progress import StepFile
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except (IOError, OSError):
+        pass
+    return platform.processor() or "unknown"
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            endpoints=dict(type="list", elements="dict", required=True, options=dict(
+                name=dict(type="str", required=True),
+                url=dict(type="str", required=True),
+                api_key=dict(type="str", default="", no_log=True),
+                model=dict(type="str", required=True))),
+            concurrency=dict(type="list", elements="int", default=[1, 2, 4, 8, 16]),
+            kinds=dict(type="list", elements="str", default=["prose", "structured", "code"]),
+            reply_tokens=dict(type="int", default=400, no_log=False),
+            ignore_eos=dict(type="bool", default=True),
+            prefill_sizes=dict(type="list", elements="int", default=[2048, 8192, 32768]),
+            prefill_reply_tokens=dict(type="int", default=8, no_log=False),
+            reuse_tokens=dict(type="int", default=32768, no_log=False),
+            reuse_turns=dict(type="int", default=5),
+            timeout=dict(type="int", default=1800),
+            progress_file=dict(type="path", default=""),
+        ),
+        supports_check_mode=False,
+    )
+    p = module.params
+    bad = sorted(set(p["kinds"]) - {"prose", "structured", "code"})
+    if bad or not p["concurrency"] or min(p["concurrency"]) < 1:
+        message = "bench_kinds must be among prose, structured, code (got %s) and bench_concurrency positive " \
+                  "numbers (got %s)" % (", ".join(p["kinds"]), p["concurrency"])
+        module.fail_json(msg="E_CONFIG: " + message, finding=finding("E_CONFIG", "bench settings", message))
+    steps = len(p["endpoints"]) * (len(p["kinds"]) * len(p["concurrency"]) + len(p["prefill_sizes"]) + 1)
+    progress = StepFile(p["progress_file"], steps)
+    out = []
+    for ep in p["endpoints"]:
+        client = Client(ep["url"], ep["api_key"], ep["model"], p["timeout"])
+        try:
+            models = [m.get("id") for m in json.loads(client.get_text("/v1/models")).get("data", [])]
+        except (EndpointError, ValueError) as e:
+            message = "the endpoint %s does not answer for bench: %s" % (ep["name"], e)
+            module.fail_json(msg="E_ENDPOINT: " + message, finding=finding("E_ENDPOINT", ep["url"], message))
+        start = time.time()
+        try:
+            results = bench.Bench(client, p, log=lambda line, name=ep["name"]: progress("%s: %s" % (name, line))).run()
+        except (EndpointError, KeyError, ValueError, TypeError) as e:
+            message = "a measurement against %s failed: %s" % (ep["name"], e)
+            module.fail_json(msg="E_BENCH: " + message, finding=finding("E_BENCH", ep["url"], message))
+        results.update(name=ep["name"], url=ep["url"], models=models, seconds=round(time.time() - start, 1))
+        out.append(results)
+    module.exit_json(changed=False, endpoints=out,
+                     client={"cpu_model": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""verify's and bench's parts that need no engine: the client against a real HTTP server streaming
+server-sent events in pieces, the checks' judgements (tool calls, JSON, counting), the engine figures
+read from Prometheus text, prompt sizing and the plots. The whole of both, against the real llama.cpp
+engine, is molecule default's verify step."""
+import http.server
+import json
+import struct
+import threading
+import time
+import zlib
+
+import pytest
+
+from ansible_collections.gpuserve.llm.plugins.module_utils import bench, prompts, verify
+from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError, prom_values
+
+
+class StreamingEngine(http.server.BaseHTTPRequestHandler):
+    """Streams 5 content chunks, 0.1 s apart, the first after 0.3 s, split across writes mid-line, then usage and
+    llama.cpp-style timings; refuses a wrong key with 401."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.bodies.append(body)
+        if self.headers.get("Authorization") != "Bearer sk-good":
+            data = b'{"error": "bad key sk-bad"}'
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def send(data):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        send(b'data: {"choices":[{"delta":{"role":"assistant","content":null}}]}\n\n')
+        time.sleep(0.3)
+        for i in range(5):
+            line = b'data: {"choices":[{"delta":{"content":"w%d "}}]}\n\n' % i
+            send(line[:17])  # a line split across two chunks must still be one event
+            send(line[17:])
+            time.sleep(0.1)
+        send(b'data: {"choices":[{"delta":{},"finish_reason":"length"}]}\n\n')
+        send(b'data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":5},'
+             b'"timings":{"predicted_per_second":10.0,"prompt_per_second":40.0,"prompt_ms":300.0}}\n\n')
+        send(b"data: [DONE]\n\n")
+        send(b"")
+
+
+@pytest.fixture
+def engine():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StreamingEngine)
+    server.bodies = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+
+
+def test_stream_times_the_first_and_last_content_chunks_from_the_client(engine):
+    client = Client("http://127.0.0.1:%d" % engine.server_port, "sk-good", "tiny")
+    s = client.stream([{"role": "user", "content": "hi"}], max_tokens=5)
+    assert s["text"] == "w0 w1 w2 w3 w4 " and s["chunks"] == 5
+    assert 0.28 <= s["first"] - s["start"] < 0.6       # the role-only chunk is not the first token
+    assert 0.35 <= s["last"] - s["first"] < 0.7        # four gaps of 0.1 s
+    assert s["usage"]["completion_tokens"] == 5 and s["timings"]["prompt_ms"] == 300.0
+    assert s["finish_reason"] == "length"
+    sent = engine.bodies[-1]
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True} and sent["model"] == "tiny"
+
+
+def test_a_refused_request_says_the_status_and_never_the_key(engine):
+    client = Client("http://127.0.0.1:%d" % engine.server_port, "sk-bad", "tiny")
+    with pytest.raises(EndpointError) as e:
+        client.chat([{"role": "user", "content": "hi"}], max_tokens=1)
+    assert e.value.status == 401 and "HTTP 401" in str(e.value) and "sk-bad" not in str(e.value)
+    with pytest.raises(EndpointError) as e:
+        Client("http://127.0.0.1:9", "", "tiny", timeout=2).get_text("/v1/models")
+    assert e.value.status is None and "did not answer" in str(e.value)
+
+
+def test_bench_decode_row_from_streams(engine):
+    """Per-request tok/s is (tokens - 1) over first-to-last chunk; TTFT the median to the first content chunk;
+    llama.cpp's timings are the engine's column."""
+    client = Client("http://127.0.0.1:%d" % engine.server_port, "sk-good", "tiny")
+    row = bench.Bench(client, {"reply_tokens": 5, "ignore_eos": True}).decode_row("prose", 3)
+    assert row["requests"] == 3 and row["reply_tokens"] == 15
+    assert 8.0 <= row["per_request_tok_s"] <= 11.5      # 4 tokens over ~0.4 s
+    assert 280 <= row["ttft_ms"] <= 600
+    assert row["aggregate_tok_s"] < 3 * row["per_request_tok_s"]
+    assert row["engine"]["decode_tok_s"] == 10.0 and row["engine"]["prompt_ms"] == 300.0
+    assert 0 <= row["client_cpu_cores"] < 0.5
+    prompts_sent = [b["messages"][0]["content"] for b in engine.bodies[-3:]]
+    assert len(set(prompts_sent)) == 3 and all(b.get("ignore_eos") for b in engine.bodies[-3:])
+
+
+VLLM_BEFORE = """vllm:time_to_first_token_seconds_sum{model_name="m"} 1.0
+vllm:time_to_first_token_seconds_count{model_name="m"} 10
+vllm:inter_token_latency_seconds_sum{model_name="m"} 2.0
+vllm:inter_token_latency_seconds_count{model_name="m"} 400
+vllm:spec_decode_num_draft_tokens_total{model_name="m"} 100
+vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 60
+"""
+VLLM_AFTER = """vllm:time_to_first_token_seconds_sum{model_name="m"} 1.8
+vllm:time_to_first_token_seconds_count{model_name="m"} 14
+vllm:inter_token_latency_seconds_sum{model_name="m"} 6.0
+vllm:inter_token_latency_seconds_count{model_name="m"} 800
+vllm:spec_decode_num_draft_tokens_total{model_name="m"} 300
+vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 210
+"""
+
+
+def test_engine_figures_are_the_histograms_over_the_row():
+    out = bench.engine_figures(VLLM_BEFORE, VLLM_AFTER, [])
+    assert out == {"ttft_ms": 200.0, "itl_ms": 10.0, "decode_tok_s": 100.0, "draft_acceptance": 0.75}
+    assert bench.engine_figures("", "", []) == {}
+    assert prom_values(VLLM_AFTER, "vllm:time_to_first_token_seconds_count") == 14
+
+
+WEATHER = prompts.tool_request(0)[0]
+
+
+@pytest.mark.parametrize("message, why", [
+    ({"tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Oslo", "unit": "celsius"}'}}]}, None),
+    ({"content": "It is sunny."}, "no tool call"),
+    ({"tool_calls": [{"function": {"name": "get_time", "arguments": "{}"}}]}, "called get_time, not get_weather"),
+    ({"tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Oslo"'}}]}, "not JSON"),
+    ({"tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]}, "'unit' is a required"),
+    ({"tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Oslo", "unit": "kelvin"}'}}]},
+     "'kelvin' is not one of"),
+])
+def test_a_tool_call_counts_when_its_name_is_right_and_its_arguments_validate(message, why):
+    said = verify.Verifier(None, {})._tool_ok(message, WEATHER)
+    assert (said is None) if why is None else (why in said), said
+
+
+def test_json_replies_parse_with_or_without_a_fence_and_validate():
+    check = verify.validator(prompts.PERSON_SCHEMA)
+    good = {"name": "Ana", "age": 41, "city": "Porto", "hobbies": ["sailing"]}
+    assert verify.parse_json_reply("```json\n%s\n```" % json.dumps(good)) == good
+    assert check(verify.parse_json_reply(json.dumps(good))) is None
+    assert "'hobbies' is a required property" in check({"name": "Ana", "age": 41, "city": "Porto"})
+    assert "is not of type 'integer'" in check(dict(good, age="41"))
+    with pytest.raises(ValueError):
+        verify.parse_json_reply("Sure! Here it is: {")
+
+
+def test_counts_and_what_counts():
+    checks = [verify.result("concurrent_solo", 7, 8, examples=["p1", "p2", "p3", "p4"]),
+              verify.result("tool_calls", 3, 40, counted=False),
+              verify.result("json_response_format", 20, 20),
+              verify.not_run("images", "vision is off")]
+    assert [c["status"] for c in checks] == ["fail", "fail", "pass", "not_run"]
+    assert len(checks[0]["examples"]) == 3
+    assert verify.summary(checks) == {"passed": 1, "failed": ["concurrent_solo"], "not_counted": ["tool_calls"],
+                                      "not_run": ["images"]}
+
+
+def test_prompts_are_distinct_and_the_filler_is_sized_by_the_engine_tokenizer():
+    for kind in ("prose", "structured", "code"):
+        assert len({prompts.decode_prompt(kind, i) for i in range(64)}) == 64
+    assert prompts.filler(3, 5000) == prompts.filler(3, 5000) != prompts.filler(4, 5000)
+    assert len(prompts.filler(3, 5000)) == 5000
+    # An engine whose template adds 20 tokens and whose tokenizer makes 4 characters a token.
+    sizer = prompts.Sizer(lambda text: 20 + (len(text) + 3) // 4)
+    text = prompts.filler(1, sizer.chars(8000))
+    assert abs(20 + len(text) / 4.0 - 8000) < 8000 * 0.01
+
+
+def test_the_images_are_pngs_of_their_colour():
+    data = prompts.png((30, 70, 220), size=8)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    idat = data.index(b"IDAT")
+    raw = zlib.decompress(data[idat + 4:idat + 4 + struct.unpack(">I", data[idat - 4:idat])[0]])
+    assert (width, height) == (8, 8) and raw[:4] == b"\x00\x1e\x46\xdc" and len(raw) == 8 * (1 + 8 * 3)
+
+
+def test_plots_are_drawn_from_a_result(tmp_path):
+    from ansible_collections.gpuserve.llm.plugins.modules import bench_plot
+    rows = [{"kind": k, "requests": n, "aggregate_tok_s": 10.0 * n, "per_request_tok_s": 10.0, "ttft_ms": 5.0 * n}
+            for k in ("prose", "code") for n in (1, 2, 4)]
+    result = {"host": "h1", "model": "m", "endpoints": [{"name": "a", "decode": rows}, {"name": "b", "decode": rows}]}
+    files = bench_plot.draw(result, str(tmp_path))
+    assert [f.rsplit("/", 1)[1] for f in files] == ["throughput.png", "ttft.png"]
+    labels = [s[0] for s in bench_plot.series(result, "aggregate_tok_s")]
+    assert labels == ["a, prose", "a, code", "b, prose", "b, code"]
+    for f in files:
+        with open(f, "rb") as png:
+            assert png.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_step_counting_job_reports_its_step_in_the_progress_line(tmp_path):
+    """verify and bench run async; job_progress's line comes from the step file they write."""
+    from ansible_collections.gpuserve.llm.plugins.module_utils.hub import progress_line
+    from ansible_collections.gpuserve.llm.plugins.module_utils.progress import StepFile
+    path = str(tmp_path / "progress.json")
+    steps = StepFile(path, 9)
+    steps("Tool calls")
+    steps("JSON, instruction only")
+    with open(path) as f:
+        state = json.load(f)
+    line = progress_line(state, now=state["started"] + 42)
+    assert line == "step 2 of 9: JSON, instruction only, 42 s"
