@@ -27,7 +27,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import prompts
-from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import prom_values
+from ansible_collections.gpuserve.llm.plugins.module_utils.engines import draft_counts, prom_total
 
 # Special tokens are shown so that every generated token is a timed chunk: burn-in weights pick them
 # under greedy decoding, and a real model's replies past an ignored end of stream can hold them too
@@ -39,8 +39,6 @@ ENGINE_HISTOGRAMS = {
     "itl_ms": ["vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
                "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"],
 }
-DRAFT_ACCEPTED = ["llamacpp:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"]
-DRAFT_TOKENS = ["llamacpp:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_draft_tokens_total"]
 
 
 def median(values):
@@ -61,16 +59,15 @@ def engine_figures(before, after, streams):
     out = {}
     for key, names in ENGINE_HISTOGRAMS.items():
         for name in names:
-            count = prom_values(after, name + "_count") - prom_values(before, name + "_count")
+            count = prom_total(after, name + "_count") - prom_total(before, name + "_count")
             if count > 0:
-                out[key] = rnd(1000.0 * (prom_values(after, name + "_sum") - prom_values(before, name + "_sum")) / count, 2)
+                out[key] = rnd(1000.0 * (prom_total(after, name + "_sum") - prom_total(before, name + "_sum")) / count, 2)
                 break
     if "itl_ms" in out and out["itl_ms"]:
         out["decode_tok_s"] = rnd(1000.0 / out["itl_ms"])
-    drafted = sum(prom_values(after, n) - prom_values(before, n) for n in DRAFT_TOKENS)
+    accepted, drafted = draft_counts(before, after)
     if drafted > 0:
-        out["draft_acceptance"] = rnd(sum(prom_values(after, n) - prom_values(before, n) for n in DRAFT_ACCEPTED)
-                                      / drafted, 3)
+        out["draft_acceptance"] = rnd(accepted / drafted, 3)
     timings = [s["timings"] for s in streams if s.get("timings")]
     if timings:
         out["decode_tok_s"] = rnd(median(t.get("predicted_per_second") for t in timings))
@@ -137,6 +134,10 @@ class Bench(object):
         usage = s.get("usage") or {}
         return int(usage.get("completion_tokens") or s["chunks"])
 
+    @staticmethod
+    def _prompt_tokens(s):
+        return int((s.get("usage") or {}).get("prompt_tokens") or 0)
+
     # -- prefill and reuse ----------------------------------------------------------------------
 
     def _count(self, text):
@@ -160,7 +161,7 @@ class Bench(object):
         results, wall, cores, before, after = self._window(
             lambda _item: self._first_token([{"role": "user", "content": text}]), [0], 1)
         s, ttft = results[0]
-        prompt_tokens = int((s.get("usage") or {}).get("prompt_tokens") or 0)
+        prompt_tokens = self._prompt_tokens(s)
         return {"size": size, "prompt_tokens": prompt_tokens, "ttft_s": rnd(ttft, 3),
                 "prefill_tok_s": rnd(prompt_tokens / ttft) if ttft > 0 and prompt_tokens else None,
                 "client_cpu_cores": rnd(cores, 3), "engine": engine_figures(before, after, [s])}
@@ -172,7 +173,7 @@ class Bench(object):
         for turn in range(turns):
             s, ttft = self._first_token(messages)
             times.append(ttft)
-            sizes.append(int((s.get("usage") or {}).get("prompt_tokens") or 0))
+            sizes.append(self._prompt_tokens(s))
             messages = messages + [{"role": "assistant", "content": s["text"] or "(no reply)"},
                                    {"role": "user", "content": "Now name one more detail of the text, turn %d." % (turn + 2)}]
         # A cold prompt as long as the last turn: the matched first-time figure.
@@ -180,7 +181,7 @@ class Bench(object):
         return {"first_turn_tokens": sizes[0], "first_time_s": rnd(times[0], 3),
                 "next_turn_tokens": sizes[1:], "next_times_s": [rnd(t, 3) for t in times[1:]],
                 "next_time_s": rnd(median(times[1:]), 3),
-                "matched_cold_tokens": int((matched.get("usage") or {}).get("prompt_tokens") or 0),
+                "matched_cold_tokens": self._prompt_tokens(matched),
                 "matched_cold_s": rnd(matched_ttft, 3),
                 "speedup": rnd(matched_ttft / median(times[1:]), 1) if median(times[1:]) else None}
 

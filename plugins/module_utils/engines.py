@@ -156,6 +156,24 @@ def _prom_samples(text, name):
     return out
 
 
+def prom_total(text, name):
+    """The sum of metric `name` over every label set (0.0 when the engine does not report it)."""
+    return sum(value for _labels, value in _prom_samples(text, name))
+
+
+# The engines' counters of drafted and of accepted draft tokens (verify and bench read them around a
+# set of requests).
+DRAFT_ACCEPTED = ["llamacpp:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"]
+DRAFT_TOKENS = ["llamacpp:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_draft_tokens_total"]
+
+
+def draft_counts(before, after):
+    """(accepted, drafted) draft tokens between two readings of the engine's /metrics."""
+    def delta(names):
+        return sum(prom_total(after, n) - prom_total(before, n) for n in names)
+    return delta(DRAFT_ACCEPTED), delta(DRAFT_TOKENS)
+
+
 def pool_vllm_metrics(metrics_text):
     """vLLM /metrics: vllm:cache_config_info{num_gpu_blocks, block_size} and vllm:kv_cache_usage_perc."""
     info = _prom_samples(metrics_text, "vllm:cache_config_info")

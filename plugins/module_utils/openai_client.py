@@ -14,7 +14,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import re
 import socket
 import ssl
 import time
@@ -157,21 +156,3 @@ def lines(response):
     if pending:
         yield pending
     response.close()
-
-
-def prom_values(text, name):
-    """The sum over every label set of metric `name` in Prometheus text (0.0 when absent)."""
-    total = 0.0
-    pattern = re.compile(r"^%s(\{[^}]*\})?\s+(\S+)" % re.escape(name))
-    for line in text.splitlines():
-        m = pattern.match(line)
-        if m:
-            try:
-                total += float(m.group(2))
-            except ValueError:
-                pass
-    return total
-
-
-def has_metric(text, name):
-    return re.search(r"^%s(\{|\s)" % re.escape(name), text, re.M) is not None

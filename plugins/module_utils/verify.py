@@ -28,7 +28,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import prompts
-from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import EndpointError, prom_values
+from ansible_collections.gpuserve.llm.plugins.module_utils.engines import draft_counts
+from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import EndpointError
 
 EXACTNESS = ["concurrent_solo", "drafted_undrafted", "long_prompt_hashes"]
 QUALITY = ["tool_calls", "json_instruction", "json_response_format", "needles", "images", "tool_bursts"]
@@ -144,8 +145,7 @@ class Verifier(object):
         after = self.client.metrics()
         plain = self.texts(self.undrafted, ps, self.o["exact_max_tokens"], 1)
         bad = [i for i in range(len(ps)) if drafted[i] != plain[i]]
-        accepted = sum(prom_values(after, n) - prom_values(before, n) for n in DRAFT_ACCEPTED)
-        drafted_tokens = sum(prom_values(after, n) - prom_values(before, n) for n in DRAFT_TOKENS)
+        accepted, drafted_tokens = draft_counts(before, after)
         return result("drafted_undrafted", len(ps) - len(bad), len(ps), examples=[
             "prompt %d: differs at character %d: drafted %s, undrafted %s" % (
                 i, first_difference(drafted[i], plain[i]), short(drafted[i], first_difference(drafted[i], plain[i])),
@@ -324,12 +324,6 @@ class Verifier(object):
             r["seconds"] = round(time.time() - start, 2)
             out.append(r)
         return out, hashes
-
-
-# The engines' counters of drafted and accepted tokens (Prometheus).
-DRAFT_ACCEPTED = ["llamacpp:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_total",
-                  "sglang:spec_accept_length_sum"]
-DRAFT_TOKENS = ["llamacpp:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_draft_tokens_total"]
 
 
 def summary(results):

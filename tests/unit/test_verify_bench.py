@@ -12,7 +12,8 @@ import zlib
 import pytest
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import bench, prompts, verify
-from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError, prom_values
+from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_total
+from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError
 
 
 class StreamingEngine(http.server.BaseHTTPRequestHandler):
@@ -123,7 +124,7 @@ def test_engine_figures_are_the_histograms_over_the_row():
     out = bench.engine_figures(VLLM_BEFORE, VLLM_AFTER, [])
     assert out == {"ttft_ms": 200.0, "itl_ms": 10.0, "decode_tok_s": 100.0, "draft_acceptance": 0.75}
     assert bench.engine_figures("", "", []) == {}
-    assert prom_values(VLLM_AFTER, "vllm:time_to_first_token_seconds_count") == 14
+    assert prom_total(VLLM_AFTER, "vllm:time_to_first_token_seconds_count") == 14
 
 
 WEATHER = prompts.tool_request(0)[0]
