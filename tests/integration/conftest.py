@@ -3,7 +3,14 @@
 Each test host gets its own collection virtualenv (host_venv_path) holding the pynvml test double
 (installed from a wheelhouse, the offline path) and its own scenario file in that virtualenv, where
 the double reads it. Everything lives under pytest's tmp_path.
+
+A host is set up already unless a test says `fresh=True`: its virtualenv and wheelhouse are copies
+of ones made once per session the way the host_venv role makes them (python3 -m venv, pip from the
+wheelhouse, the wheelhouse stamp), so the role finds them current, as on any host's second run.
+Making them costs ~20 s of CPU a host; the tests about the virtualenv itself (preflight's check mode,
+no interpreter, refused settings) and molecule's scenarios start from nothing.
 """
+import hashlib
 import importlib.util
 import json
 import os
@@ -67,6 +74,21 @@ def wheelhouse(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def seeded_host(wheelhouse, tmp_path_factory):
+    """A set-up host's virtualenv and wheelhouse (made once): what host_venv leaves behind."""
+    root = tmp_path_factory.mktemp("seeded-host")
+    venv, wheels = root / "venv", root / "wheelhouse"
+    subprocess.run(["python3", "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--no-index", "--find-links", wheelhouse] + host_requirements(), check=True)
+    shutil.copytree(wheelhouse, str(wheels))
+    names = sorted(n for n in os.listdir(wheelhouse) if not n.startswith("."))
+    # roles/host_venv/vars/main.yml: the wheel names' sha256, which the role compares with its stamp.
+    (wheels / ".gpuserve-wheelhouse").write_text(hashlib.sha256(" ".join(names).encode()).hexdigest())
+    return venv, wheels
+
+
+@pytest.fixture(scope="session")
 def docker_host():
     """The test bed's Docker daemon: the one tests/run.sh started, or one started here and stopped after."""
     if os.environ.get("GPUSERVE_TEST_DOCKER_HOST"):
@@ -96,17 +118,25 @@ def docker(docker_host, *args, **kwargs):
 class Fleet:
     """An inventory of local-connection hosts, one NVML scenario each, and a way to run playbooks."""
 
-    def __init__(self, tmp_path, wheelhouse, docker_host):
+    def __init__(self, tmp_path, wheelhouse, docker_host, seeded_host):
         self.dir = tmp_path
         self.wheelhouse = wheelhouse
+        self.seeded = seeded_host
         self.docker_host = docker_host
         self.hosts = {}
 
-    def host(self, name, scenario=None, acs=None, iommu=None, **hostvars):
+    def host(self, name, scenario=None, acs=None, iommu=None, fresh=False, **hostvars):
         """A host replaying `scenario`; its sysfs has each GPU under a root port of its own, with ACS
-        control words from `acs` ({gpu index: word}, default 0) and IOMMU group types from `iommu`."""
+        control words from `acs` ({gpu index: word}, default 0) and IOMMU group types from `iommu`.
+        `fresh`: no virtualenv or wheelhouse yet (else copies of the session's set-up ones)."""
         venv = self.dir / name / "venv"
-        venv.mkdir(parents=True)
+        if fresh:
+            venv.mkdir(parents=True)
+        else:
+            (self.dir / name).mkdir(parents=True)
+            # cp -a keeps the interpreter symlink; a virtualenv run as venv/bin/python works where it lies.
+            subprocess.run(["cp", "-a", str(self.seeded[0]), str(venv)], check=True)
+            subprocess.run(["cp", "-a", str(self.seeded[1]), str(self.dir / name / "wheelhouse")], check=True)
         chains, groups = {}, {}
         if scenario:
             data = _double().load_scenario(os.path.join(SCENARIOS, scenario) if not os.path.isabs(scenario) else scenario)
@@ -190,5 +220,5 @@ class Result:
 
 
 @pytest.fixture
-def fleet(tmp_path, wheelhouse, docker_host):
-    return Fleet(tmp_path, wheelhouse, docker_host)
+def fleet(tmp_path, wheelhouse, docker_host, seeded_host):
+    return Fleet(tmp_path, wheelhouse, docker_host, seeded_host)

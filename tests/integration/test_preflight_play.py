@@ -31,7 +31,7 @@ def test_each_host_gets_its_codes_and_only_the_faulty_host_stops(fleet):
 
 
 def test_second_run_changes_nothing(fleet):
-    fleet.host("gpu1", "rtxpro6000x4-healthy.json")
+    fleet.host("gpu1", "rtxpro6000x4-healthy.json", fresh=True)
     first = fleet.run("site.yml", "--tags", "preflight")
     assert first.rc == 0 and first.recap["gpu1"]["changed"] > 0, first
     second = fleet.run("site.yml", "--tags", "preflight")
@@ -40,7 +40,7 @@ def test_second_run_changes_nothing(fleet):
 
 
 def test_check_mode_runs_every_probe_and_changes_nothing(fleet):
-    venv = fleet.host("fresh", "e_mig.json")
+    venv = fleet.host("fresh", "e_mig.json", fresh=True)
     before = set(os.listdir(str(venv)))
     leftovers = set(glob.glob("/tmp/gpuserve-check-*"))
     # The throwaway virtualenv has no scenario of its own: point the double at the host's.
@@ -61,7 +61,7 @@ def test_cpu_profile_no_driver_and_no_venv_each_say_so(fleet):
     fleet.host("cpu", None, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4",
                llm_model_dense="q4", llm_reserve_gib=0, llm_kv_cap_gib=0)
     fleet.host("nodriver", None)
-    fleet.host("novenv", "rtxpro6000x4-healthy.json", host_venv_python="/nonexistent/python3")
+    fleet.host("novenv", "rtxpro6000x4-healthy.json", host_venv_python="/nonexistent/python3", fresh=True)
     fleet.host("fine", "rtxpro6000x4-healthy.json")
     result = fleet.run("site.yml", "--tags", "preflight")
     assert result.rc == 2, result
@@ -82,9 +82,9 @@ def test_cpu_profile_no_driver_and_no_venv_each_say_so(fleet):
 
 
 def test_bad_settings_stop_their_host_before_anything_changes(fleet):
-    typo = fleet.host("typo", "rtxpro6000x4-healthy.json", llm_gpus="zero")
-    long = fleet.host("long", "rtxpro6000x4-healthy.json", llm_context=1048576)
-    sglang = fleet.host("sglang", "rtxpro6000x4-healthy.json", llm_engine="sglang", llm_kv_cap_gib=0)
+    typo = fleet.host("typo", "rtxpro6000x4-healthy.json", fresh=True, llm_gpus="zero")
+    long = fleet.host("long", "rtxpro6000x4-healthy.json", fresh=True, llm_context=1048576)
+    sglang = fleet.host("sglang", "rtxpro6000x4-healthy.json", fresh=True, llm_engine="sglang", llm_kv_cap_gib=0)
     fleet.host("fine", "rtxpro6000x4-healthy.json", llm_paralel=8)
     fleet.host("keyed", "rtxpro6000x4-healthy.json", llm_api_key=["sk-TOPSECRET-123"])
     result = fleet.run("site.yml", "--tags", "preflight", "-v")
