@@ -5,10 +5,14 @@ two ways, one per call, and measured with the bench and verify code the playbook
     python3 tests/gpu/bench_recipe_vs_defaults.py OUTDIR defaults [SITE]   # vllm serve FOLDER --load-format dummy
     python3 tests/gpu/bench_recipe_vs_defaults.py OUTDIR recipe [SITE]     # templates/vllm.j2, the recipe's settings
     python3 tests/gpu/bench_recipe_vs_defaults.py OUTDIR recipe-no-mtp [SITE]  # the same with llm_drafter: off
+    python3 tests/gpu/bench_recipe_vs_defaults.py OUTDIR designed [SITE]   # the recipe on hand-set weights: verify
     python3 tests/gpu/bench_recipe_vs_defaults.py OUTDIR report A.json B.json ...  # side by side (no GPU)
 
 The recipe run first puts the rendered command through vLLM's own argument parser. The defaults run
 first measures the GPU's copy bandwidth (PyTorch, device to device) for the memory-bandwidth bound.
+The designed run serves the same folder shape (2 layers + MTP, bf16) with dummy_hf_weights' hand-set
+model.safetensors instead of random weights, and runs verify only: grammar-constrained replies close,
+and the MTP layer agrees with its model.
 """
 import json
 import os
@@ -20,7 +24,7 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
-from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_hf, engines  # noqa: E402
+from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_hf, dummy_hf_weights, engines  # noqa: E402
 
 OUT, MODE = sys.argv[1], sys.argv[2]
 SITE = sys.argv[3] if len(sys.argv) > 3 and MODE != "report" else "/root/vllm/site"
@@ -29,6 +33,7 @@ KEY = "sk-gpu-recipe"
 PORT = 8020
 URL = "http://127.0.0.1:%d" % PORT
 FOLDER = "/root/glm-dummy-fp8"
+DESIGNED = "/root/glm-designed"
 BENCH = {"concurrency": [1, 4, 16, 64], "kinds": ["prose", "structured", "code"], "reply_tokens": 400,
          "ignore_eos": True, "prefill_sizes": [2048, 8192, 32768], "prefill_reply_tokens": 8,
          "reuse_tokens": 32768, "reuse_turns": 5}
@@ -54,6 +59,24 @@ def make_folder():
         with open(os.path.join(FOLDER, name), "w") as f:
             f.write(text)
     return json.loads(files["config.json"])
+
+
+def make_designed_folder():
+    """The burn-in folder (bf16, 2 layers + MTP) with the hand-set weights written beside it."""
+    with open(os.path.join(ROOT, "templates", "chat", "glm45.jinja")) as f:
+        template = f.read()
+    files = dummy_hf.folder_files(template, "glm4_moe", 2)
+    os.makedirs(DESIGNED, exist_ok=True)
+    for name, text in files.items():
+        with open(os.path.join(DESIGNED, name), "w") as f:
+            f.write(text)
+    config = json.loads(files["config.json"])
+    t = time.time()
+    dummy_hf_weights.write(os.path.join(DESIGNED, "model.safetensors"), config)
+    st = os.stat(os.path.join(DESIGNED, "model.safetensors"))
+    log("model.safetensors written in %.1f s: %.1f GB long, %.1f MB on disk" % (
+        time.time() - t, st.st_size / 1e9, st.st_blocks * 512 / 1e6))
+    return config, {"seconds": round(time.time() - t, 1), "bytes": st.st_size, "on_disk": st.st_blocks * 512}
 
 
 def active_bytes_per_token(c):
@@ -177,9 +200,12 @@ def run(mode):
                                os.path.join(ROOT, ".whl", "verify"), "--target", "/root/pydeps", "jsonschema"])
     from ansible_collections.gpuserve.llm.plugins.module_utils import bench, verify
     from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
-    config = make_folder()
-    out = {"mode": mode, "layers": LAYERS, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "active": active_bytes_per_token(config)}
+    if mode == "designed":
+        config, written = make_designed_folder()
+    else:
+        config, written = make_folder(), None
+    out = {"mode": mode, "layers": config["num_hidden_layers"], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "active": active_bytes_per_token(config), "written": written}
     import vllm
     out["vllm"] = vllm.__version__
     if mode == "defaults":
@@ -191,10 +217,10 @@ def run(mode):
         settings = settings_recipe()
         if mode == "recipe-no-mtp":
             settings["llm_drafter"] = "off"
+        weights = {"model_dir": DESIGNED, "dummy": False} if mode == "designed" else {"model_dir": FOLDER, "dummy": True}
         with open(os.path.join(ROOT, "templates", "vllm.j2")) as f:
             rendered = engines.render(f.read(), engines.command_context(
-                settings, {"model_dir": FOLDER, "dummy": True}, {"gpu_memory_total_mib": gpu_memory_mib()}),
-                {"llm_api_key": KEY})
+                settings, weights, {"gpu_memory_total_mib": gpu_memory_mib()}), {"llm_api_key": KEY})
         argv, env, model, key = rendered["argv"], rendered["env"], settings["llm_served_model_name"], KEY
         out["parsed"] = check_args(argv)
         log("vLLM's parser took the rendered command: %s" % json.dumps(out["parsed"]))
@@ -203,11 +229,12 @@ def run(mode):
     log("healthy after %s s" % out["healthy_after_s"])
     try:
         client = Client(URL, key, model, timeout=900)
-        t = time.time()
-        out["bench"] = bench.Bench(client, BENCH, log=log).run()
-        out["bench_seconds"] = round(time.time() - t, 1)
-        log("bench %s s" % out["bench_seconds"])
-        if mode == "recipe" and os.environ.get("VERIFY", "1") == "1":
+        if mode != "designed":
+            t = time.time()
+            out["bench"] = bench.Bench(client, BENCH, log=log).run()
+            out["bench_seconds"] = round(time.time() - t, 1)
+            log("bench %s s" % out["bench_seconds"])
+        if mode in ("recipe", "designed") and os.environ.get("VERIFY", "1") == "1":
             opts = dict(drafter="mtp", undrafted_how="", dummy=True, vision=False, exact_prompts=16,
                         exact_max_tokens=64, long_prompts=2, long_prompt_tokens=8192, long_max_tokens=32,
                         tool_calls=20, tool_max_tokens=256, json_instruction=10, json_response_format=20,
@@ -227,6 +254,31 @@ def run(mode):
         stop(proc, logf)
         with open(os.path.join(OUT, "%s.json" % mode), "w") as f:
             json.dump(out, f, indent=1)
+        if mode == "designed" and out.get("verify"):
+            with open(os.path.join(OUT, "designed.md"), "w") as f:
+                f.write(designed_report(out))
+
+
+def designed_report(r):
+    """verify against the recipe's command on the hand-set weights, and MTP's acceptance meanwhile."""
+    counters = dict((line.split("{")[0].split(" ")[0], float(line.rsplit(" ", 1)[1])) for line in r["metrics_tail"]
+                    if line.startswith("vllm:spec_decode_num_") and "_total" in line.split("{")[0])
+    lines = ["# vLLM %s on one H200: the recipe's command on hand-set weights" % r["vllm"], "",
+             "%s · the burn-in GLM-4.5-Air-shaped folder cut to %d layers + the MTP layer, bf16, with "
+             "`dummy_hf_weights`' model.safetensors (%.1f GB long, %.1f MB on disk, written in %s s) · "
+             "`tests/gpu/bench_recipe_vs_defaults.py OUT designed`." % (
+                 r["date"], r["layers"], r["written"]["bytes"] / 1e9, r["written"]["on_disk"] / 1e6,
+                 r["written"]["seconds"]), "",
+             "- healthy in %s s: `%s`" % (r["healthy_after_s"], r["command"]), "",
+             "| Check | Result | Score | How |", "|---|---|---|---|"]
+    for c in r["verify"]:
+        score = "%d/%d" % (c["passed"], c["total"]) if c["total"] else "-"
+        lines.append("| %s | %s | %s | %s |" % (c["title"], c["status"], score, c["why"].replace("|", "/")))
+        for e in c["examples"][:1]:
+            lines.append("| | | | e.g. %s |" % e.replace("|", "/")[:200])
+    lines += ["", "vLLM's speculative-decoding counters over the verify run: %s." % (
+        ", ".join("%s %d" % (k.replace("vllm:spec_decode_num_", ""), v) for k, v in sorted(counters.items())) or "none")]
+    return "\n".join(lines) + "\n"
 
 
 def fmt(v, unit=""):

@@ -1,0 +1,243 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+"""Hand-set weights for the burn-in GLM folder (dummy_hf), written as model.safetensors, for the
+checks `--load-format dummy` cannot pass: with the engine's random weights greedy decoding repeats
+one token, so no JSON string closes and grammar-constrained replies (response_format, forced tool
+calls) run to max_tokens; an MTP drafter never agrees with its model.
+
+The design is dummy_gguf's, on GLM-4.5's shapes: the residual stream holds a one-hot code of the
+current token (the burn-in tokenizer has ~330 tokens; the stream is 4096 wide); every attention
+output, MLP and expert is zero, so the stream reaches the head unchanged and the head is a bigram
+table: logit[next] = B[current, next] + baseline[next].
+
+* after the generation prompt ("<|assistant|>", or "</think>" with thinking off) a fixed reply
+  follows and ends with <|user|>, a stop token;
+* JSON terminates under any grammar: '"' beats every other token a string may hold (the stop
+  tokens too, which xgrammar lets into strings as text), '}' and ']' beat ',', a digit beats
+  whitespace (numbers are one digit), and where the value is complete a stop token beats the
+  whitespace that is all the grammar still allows;
+* a forced tool call in GLM's form (vLLM 0.26.0 asks xgrammar for its glm_4_7 structural tag):
+  each tag beats the whitespace allowed before it, a string value is empty, a typed one a digit
+  or the first enum value the grammar spells, </tool_call> beats another <arg_key> where the
+  remaining keys are optional, and the reply stops after the call;
+* the MTP layer (eh_proj passes the next token's embedding through; its block is zero too)
+  predicts with the same table, so every unconstrained draft is accepted.
+
+Routing is degenerate (a zero router ties every expert) and the kernels multiply zeros: use it to
+prove serving, grammars and drafting, never to measure speed (that is `--load-format dummy`).
+Zero regions are left as holes in a sparse file: the 2-layer file is ~13 GB long, a few MB on disk.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import struct
+
+from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_gguf, dummy_hf
+
+REPLY = dummy_gguf.REPLY
+CHAIN = 10.0
+# Below every JSON token: xgrammar (vLLM) lets special tokens into a JSON string as their text, so a
+# stop token above '"' ends the reply inside the first string (seen on vLLM 0.26.0: '{"name":"').
+STOP = 2.2
+BASELINE = {'"': 5.5, "}": 4.5, "]": 4.5, ",": 4.0, "{": 3.0}
+DIGIT = 2.5           # above any noise: a number is one digit, never whitespace first
+# GLM's tool-call tags, above whitespace (xgrammar's glm_4_7 structural tag, which vLLM uses for
+# forced tool calls, allows unbounded whitespace between them) and below '"' (inside a JSON string
+# they are text). </arg_value> ends a typed value; a string value ends by the chain below.
+TAGS = {"</arg_value>": 3.5, "</tool_call>": 3.2, "<tool_call>": 3.0, "<arg_key>": 3.0, "<arg_value>": 3.0}
+NOISE = 2.0           # seeded uniform [0, NOISE) on ordinary transitions
+WHITESPACE = [" ", "\n", "\t", "\r"]
+
+
+def vocabulary(config):
+    """{text: id} of the burn-in tokenizer's tokens (byte-level forms), and how many there are."""
+    vocab, _merges = dummy_hf.base_vocabulary()
+    ids = dict(vocab)
+    ids.update(dummy_hf.special_tokens(config))
+    return ids, max(ids.values()) + 1
+
+
+def token_id(ids, text):
+    return ids[text] if text in ids else ids[dummy_gguf.to_piece(text)]
+
+
+def bigram(config, seed=0):
+    """B[current, next] + baseline[next] over the tokenizer's ids."""
+    import numpy as np
+
+    ids, n = vocabulary(config)
+    table = np.random.default_rng(seed).uniform(0.0, NOISE, size=(n, n)).astype(np.float32)
+    specials = list(dummy_hf.special_tokens(config).values())
+    levels = dict((token_id(ids, t), v) for t, v in BASELINE.items())
+    levels.update((token_id(ids, str(d)), DIGIT) for d in range(10))
+    levels.update((dummy_hf.special_tokens(config)[t], STOP) for t in dummy_hf.GLM_STOP)
+    levels.update((ids[t], v) for t, v in TAGS.items())
+    table[:, specials + list(levels)] = 0.0
+    # Whitespace, and the words that start with it (" from"): xgrammar allows whitespace before a
+    # typed value, and vLLM's GLM parser keeps it (' fahrenheit' is no enum value).
+    lead = tuple(dummy_gguf.to_piece(c) for c in WHITESPACE)
+    table[:, [i for t, i in ids.items() if t.startswith(lead)]] = 0.0
+    for column, level in levels.items():
+        table[:, column] += level
+    reply = [token_id(ids, t) for t in REPLY] + [ids["<|user|>"]]
+    # Thinking on: "<|assistant|>" <think></think> reply; thinking off the prompt ends with </think>.
+    chain = [ids["<|assistant|>"], ids["<think>"], ids["</think>"]] + reply
+    for a, b in zip(chain, chain[1:]):
+        table[a, b] = CHAIN
+    # A forced call's string value is empty (xgrammar's xml_string: any text until </arg_value>),
+    # and after the call the reply stops.
+    table[ids["<arg_value>"], ids["</arg_value>"]] = CHAIN
+    table[ids["</tool_call>"], ids["<|user|>"]] = CHAIN
+    return table
+
+
+def _rms_scale(config):
+    """What RMSNorm multiplies a one-hot vector by (weight 1): 1 / sqrt(1/d + eps)."""
+    return 1.0 / ((1.0 / config["hidden_size"] + config.get("rms_norm_eps", 1e-5)) ** 0.5)
+
+
+class Tensor:
+    """A tensor whose rows from `rows.shape[0]` on are zero (`rows` may be None: all zero)."""
+
+    def __init__(self, shape, dtype="BF16", rows=None):
+        self.shape, self.dtype, self.rows = [int(s) for s in shape], dtype, rows
+
+    @property
+    def nbytes(self):
+        size = {"BF16": 2, "F32": 4}[self.dtype]
+        for s in self.shape:
+            size *= s
+        return size
+
+    def head_bytes(self):
+        import numpy as np
+
+        if self.rows is None:
+            return b""
+        a = np.ascontiguousarray(self.rows, dtype=np.float32)
+        if self.dtype == "F32":
+            return a.astype("<f4").tobytes()
+        bits = a.view(np.uint32)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest even
+        return rounded.astype("<u2").tobytes()
+
+
+def tensors(config, seed=0):
+    """{HF name: Tensor} of a Glm4MoeForCausalLM checkpoint with its MTP layer, as designed above."""
+    import numpy as np
+
+    d, vocab_size = config["hidden_size"], config["vocab_size"]
+    _ids, n = vocabulary(config)
+    if n >= d:
+        raise ValueError("the one-hot code needs hidden_size > %d tokens" % n)
+    s = _rms_scale(config)
+    one_hot = np.eye(n, d, dtype=np.float32)
+    # Head rows of the ids the tokenizer has (the others stay zero: logit 0, below every real token).
+    head = np.zeros((n, d), np.float32)
+    head[:, :n] = bigram(config, seed).T / s
+    heads, kv, hd = config["num_attention_heads"], config["num_key_value_heads"], config.get("head_dim") or 128
+    experts, mi = config["n_routed_experts"], config["moe_intermediate_size"]
+    shared = mi * int(config.get("n_shared_experts") or 0)
+    out = {"model.embed_tokens.weight": Tensor([vocab_size, d], rows=one_hot),
+           "model.norm.weight": Tensor([d], rows=np.ones(d)),
+           "lm_head.weight": Tensor([vocab_size, d], rows=head)}
+
+    def layer(i, moe):
+        p = "model.layers.%d." % i
+        t = {p + "input_layernorm.weight": Tensor([d], rows=np.ones(d)),
+             p + "post_attention_layernorm.weight": Tensor([d], rows=np.ones(d))}
+        for proj, rows in (("q", heads * hd), ("k", kv * hd), ("v", kv * hd)):
+            t[p + "self_attn.%s_proj.weight" % proj] = Tensor([rows, d])
+            t[p + "self_attn.%s_proj.bias" % proj] = Tensor([rows])
+        t[p + "self_attn.o_proj.weight"] = Tensor([d, heads * hd])
+        if not moe:
+            inter = config["intermediate_size"]
+            t.update({p + "mlp.gate_proj.weight": Tensor([inter, d]), p + "mlp.up_proj.weight": Tensor([inter, d]),
+                      p + "mlp.down_proj.weight": Tensor([d, inter])})
+            return t
+        t[p + "mlp.gate.weight"] = Tensor([experts, d])
+        t[p + "mlp.gate.e_score_correction_bias"] = Tensor([experts], "F32")
+        for e in range(experts):
+            q = p + "mlp.experts.%d." % e
+            t.update({q + "gate_proj.weight": Tensor([mi, d]), q + "up_proj.weight": Tensor([mi, d]),
+                      q + "down_proj.weight": Tensor([d, mi])})
+        if shared:
+            q = p + "mlp.shared_experts."
+            t.update({q + "gate_proj.weight": Tensor([shared, d]), q + "up_proj.weight": Tensor([shared, d]),
+                      q + "down_proj.weight": Tensor([d, shared])})
+        return t
+
+    layers, dense = config["num_hidden_layers"], int(config.get("first_k_dense_replace", 0))
+    for i in range(layers):
+        out.update(layer(i, i >= dense))
+    for m in range(int(config.get("num_nextn_predict_layers") or 0)):
+        i = layers + m
+        p = "model.layers.%d." % i
+        out.update(layer(i, True))
+        pass_through = np.zeros((n, 2 * d), np.float32)
+        pass_through[np.arange(n), np.arange(n)] = 1.0 / s  # enorm's output back to a one-hot
+        out.update({p + "enorm.weight": Tensor([d], rows=np.ones(d)), p + "hnorm.weight": Tensor([d], rows=np.ones(d)),
+                    p + "eh_proj.weight": Tensor([d, 2 * d], rows=pass_through),
+                    p + "embed_tokens.weight": Tensor([vocab_size, d], rows=one_hot),
+                    p + "shared_head.norm.weight": Tensor([d], rows=np.ones(d)),
+                    p + "shared_head.head.weight": Tensor([vocab_size, d], rows=head)})
+    return out
+
+
+def write(path, config, seed=0):
+    """model.safetensors at `path`, zero regions as holes. Returns the header (names, shapes, offsets)."""
+    items = sorted(tensors(config, seed).items())
+    header, offset = {"__metadata__": {"format": "pt", "gpuserve": "burn-in, hand-set weights (seed %d)" % seed}}, 0
+    for name, t in items:
+        header[name] = {"dtype": t.dtype, "shape": t.shape, "data_offsets": [offset, offset + t.nbytes]}
+        offset += t.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    start = 8 + len(text)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for name, t in items:
+            data = t.head_bytes()
+            if data:
+                f.seek(start + header[name]["data_offsets"][0])
+                f.write(data)
+        f.truncate(start + offset)
+    return header
+
+
+def read(path, name):
+    """One tensor back as float32 (tests and the GPU script's own check)."""
+    import numpy as np
+
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        meta = header[name]
+        f.seek(8 + size + meta["data_offsets"][0])
+        raw = f.read(meta["data_offsets"][1] - meta["data_offsets"][0])
+    if meta["dtype"] == "F32":
+        return np.frombuffer(raw, "<f4").reshape(meta["shape"])
+    return (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32).reshape(meta["shape"])
+
+
+def greedy(path, config):
+    """next(current, allowed=None): the token the written model picks after `current` (among the
+    `allowed` ids, as a grammar would), from the file's own bytes: embedding, final norm, head."""
+    import numpy as np
+
+    embed, norm = read(path, "model.embed_tokens.weight"), read(path, "model.norm.weight")
+    head = read(path, "lm_head.weight")
+    eps = config.get("rms_norm_eps", 1e-5)
+
+    def pick(current, allowed=None):
+        x = embed[current]
+        logits = head @ (x / np.sqrt((x * x).mean() + eps) * norm)
+        if allowed is not None:
+            allowed = list(allowed)
+            return allowed[int(np.argmax(logits[allowed]))]
+        return int(np.argmax(logits))
+    return pick
