@@ -17,6 +17,46 @@ phase() {  # phase NAME COMMAND...: run it, time it, keep the line for the summa
   if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
 }
 
+# Molecule scenarios beside the playbook tests (each its own log and time), collected by
+# join_molecule: their hosts wait on containers and Ansible's polling while the playbook tests wait
+# on engines, so on 2 cores the two together take less than one after the other. They share the
+# daemon, never a port or a container name.
+declare -A MOLECULE=(
+  [default]="molecule default (2 container hosts: site.yml, idempotence, verify, stop)"
+  [preflight]="molecule preflight (7 container hosts)"
+  [check_mode]="molecule check_mode (--check on fresh hosts)"
+)
+BG_PID="" BG_DIR="" BG_SCENARIOS=()
+
+start_molecule() {  # start_molecule SCENARIO...: one after the other, in the background
+  BG_DIR=$(mktemp -d) BG_SCENARIOS=("$@")
+  (
+    for s in "$@"; do
+      start=$SECONDS rc=0
+      in_venv molecule test -s "$s" > "$BG_DIR/$s.log" 2>&1 || rc=$?
+      echo "$rc $((SECONDS - start))" > "$BG_DIR/$s.rc"
+      [[ $rc == 0 ]] || exit "$rc"
+    done
+  ) &
+  BG_PID=$!
+  echo "=== ${*} started in the background"
+}
+
+join_molecule() {  # wait for them; print their logs and their phase lines
+  local rc=0 s code secs
+  wait "$BG_PID" || rc=$?
+  for s in "${BG_SCENARIOS[@]}"; do
+    [[ -f $BG_DIR/$s.rc ]] || continue
+    echo "=== ${MOLECULE[$s]} (ran in the background)"
+    cat "$BG_DIR/$s.log"
+    read -r code secs < "$BG_DIR/$s.rc"
+    PHASES+=("$(printf '%-52s %4ss  %s' "${MOLECULE[$s]}, beside" "$secs" \
+      "$([[ $code == 0 ]] && echo ok || echo "FAILED (rc $code)")")")
+  done
+  rm -rf "$BG_DIR"
+  if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
+}
+
 summary() {
   echo "=== phases"
   printf '%s\n' "${PHASES[@]}"
@@ -77,7 +117,8 @@ start_testbed() {  # the test bed's own Docker daemon, stopped when this script 
   export GPUSERVE_TEST_DOCKER_SOCKET=${GPUSERVE_TEST_DOCKER_HOST#unix://}
   # The llama.cpp root from Debian's packages is kept between runs, as a workstation keeps it.
   export GPUSERVE_TEST_IMAGE_CACHE=$PWD/.work/images-debian
-  trap 'tests/testbed/dockerd.sh stop' EXIT
+  # Background phases (start_molecule) stop too: their hosts live on this daemon.
+  trap 'kill $(jobs -p) 2>/dev/null; tests/testbed/dockerd.sh stop' EXIT
   echo "test bed daemon at $GPUSERVE_TEST_DOCKER_HOST"
 }
 
@@ -120,12 +161,12 @@ fi
 # Playbooks run under both: molecule converges with ansible-core 2.19, tests/integration with the
 # newest (or 2.19 where no Python 3.12 is).
 phase "pytest unit, ansible-core 2.19" run_pytest .venv tests/unit
+start_molecule preflight check_mode
 if [[ -x .venv-latest/bin/python ]]; then
-  phase "pytest unit + playbooks, newest ansible-core" run_pytest .venv-latest tests/unit tests/integration
+  phase "pytest unit + playbooks, newest ansible-core" run_pytest .venv-latest --durations=10 tests/unit tests/integration
 else
-  phase "pytest playbooks, ansible-core 2.19" run_pytest .venv tests/integration
+  phase "pytest playbooks, ansible-core 2.19" run_pytest .venv --durations=10 tests/integration
 fi
-phase "molecule default (2 container hosts: site.yml, idempotence, verify, stop)" in_venv molecule test -s default
-phase "molecule preflight (7 container hosts)" in_venv molecule test -s preflight
-phase "molecule check_mode (--check on fresh hosts)" in_venv molecule test -s check_mode
+join_molecule
+phase "${MOLECULE[default]}" in_venv molecule test -s default
 summary

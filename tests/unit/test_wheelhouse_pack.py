@@ -1,0 +1,56 @@
+"""wheelhouse_pack: the workstation's one-tar copy of a wheelhouse, as the host_venv role uses it."""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODULE = os.path.join(ROOT, "plugins", "modules", "wheelhouse_pack.py")
+
+
+def run(tmp_path, **args):
+    check = args.pop("_check", False)
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check)}))
+    out = subprocess.run([sys.executable, MODULE, str(path)], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections")), check=False)
+    return json.loads(out.stdout)
+
+
+def wheelhouse(tmp_path):
+    src = tmp_path / "wheels"
+    src.mkdir()
+    for name in ("numpy-2.4.6-cp311-x86_64.whl", "attrs-26.1.0-py3-none-any.whl"):
+        (src / name).write_bytes(name.encode() * 100)
+    (src / "README").write_text("not a wheel\n")
+    return src
+
+
+def test_packs_the_wheels_in_name_order_once(tmp_path):
+    src = wheelhouse(tmp_path)
+    dest = tmp_path / "cache" / "wheelhouse-x.tar"
+    first = run(tmp_path, src=str(src), dest=str(dest))
+    assert first["changed"] and first["wheels"] == 2 and first["path"] == str(dest)
+    with tarfile.open(str(dest)) as tar:
+        members = tar.getmembers()
+        assert [m.name for m in members] == ["attrs-26.1.0-py3-none-any.whl", "numpy-2.4.6-cp311-x86_64.whl"]
+        assert all(m.uid == 0 and m.mode == 0o644 for m in members)
+        assert tar.extractfile(members[1]).read() == b"numpy-2.4.6-cp311-x86_64.whl" * 100
+    assert [n for n in os.listdir(str(dest.parent)) if n.startswith(".")] == []  # no temporary file left
+    again = run(tmp_path, src=str(src), dest=str(dest))
+    assert again["changed"] is False and again["wheels"] == 2
+
+
+def test_check_mode_says_it_would_pack_and_writes_nothing(tmp_path):
+    dest = tmp_path / "cache" / "wheelhouse-x.tar"
+    result = run(tmp_path, src=str(wheelhouse(tmp_path)), dest=str(dest), _check=True)
+    assert result["changed"] and not dest.exists() and not dest.parent.exists()
+
+
+def test_a_folder_without_wheels_is_e_venv_naming_it(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run(tmp_path, src=str(empty), dest=str(tmp_path / "w.tar"))
+    assert result["failed"] and result["msg"].startswith("E_VENV: the wheelhouse %s holds no wheels" % empty)
+    assert result["finding"]["code"] == "E_VENV" and "host_venv_wheelhouse" in result["finding"]["fix"]
