@@ -118,7 +118,7 @@ start_testbed() {  # the test bed's own Docker daemon, stopped when this script 
   # The llama.cpp root from Debian's packages is kept between runs, as a workstation keeps it.
   export GPUSERVE_TEST_IMAGE_CACHE=$PWD/.work/images-debian
   # Background phases (start_molecule) stop too: their hosts live on this daemon.
-  trap 'kill $(jobs -p) 2>/dev/null; tests/testbed/dockerd.sh stop' EXIT
+  trap '{ [[ -z $BG_PID ]] || kill "$BG_PID" 2>/dev/null; } || true; tests/testbed/dockerd.sh stop' EXIT
   echo "test bed daemon at $GPUSERVE_TEST_DOCKER_HOST"
 }
 
