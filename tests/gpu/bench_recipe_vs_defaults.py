@@ -49,28 +49,25 @@ def log(line):
     print("%s %s" % (time.strftime("%H:%M:%S"), line), flush=True)
 
 
-def make_folder():
+def write_folder(folder, layers, overrides=None):
+    """The weights stage's burn-in folder (dummy_hf) at `folder`; returns its config."""
     with open(os.path.join(ROOT, "templates", "chat", "glm45.jinja")) as f:
         template = f.read()
-    overrides = load("roles/weights/defaults/main.yml")["weights_fp8_quantization"]
-    files = dummy_hf.folder_files(template, "glm4_moe", LAYERS, overrides)
-    os.makedirs(FOLDER, exist_ok=True)
+    files = dummy_hf.folder_files(template, "glm4_moe", layers, overrides)
+    os.makedirs(folder, exist_ok=True)
     for name, text in files.items():
-        with open(os.path.join(FOLDER, name), "w") as f:
+        with open(os.path.join(folder, name), "w") as f:
             f.write(text)
     return json.loads(files["config.json"])
 
 
+def make_folder():
+    return write_folder(FOLDER, LAYERS, load("roles/weights/defaults/main.yml")["weights_fp8_quantization"])
+
+
 def make_designed_folder():
     """The burn-in folder (bf16, 2 layers + MTP) with the hand-set weights written beside it."""
-    with open(os.path.join(ROOT, "templates", "chat", "glm45.jinja")) as f:
-        template = f.read()
-    files = dummy_hf.folder_files(template, "glm4_moe", 2)
-    os.makedirs(DESIGNED, exist_ok=True)
-    for name, text in files.items():
-        with open(os.path.join(DESIGNED, name), "w") as f:
-            f.write(text)
-    config = json.loads(files["config.json"])
+    config = write_folder(DESIGNED, 2)
     t = time.time()
     dummy_hf_weights.write(os.path.join(DESIGNED, "model.safetensors"), config)
     st = os.stat(os.path.join(DESIGNED, "model.safetensors"))
@@ -261,24 +258,26 @@ def run(mode):
 
 def designed_report(r):
     """verify against the recipe's command on the hand-set weights, and MTP's acceptance meanwhile."""
-    counters = dict((line.split("{")[0].split(" ")[0], float(line.rsplit(" ", 1)[1])) for line in r["metrics_tail"]
-                    if line.startswith("vllm:spec_decode_num_") and "_total" in line.split("{")[0])
+    accepted, drafted = engines.draft_counts("", "\n".join(r["metrics_tail"]))
     lines = ["# vLLM %s on one H200: the recipe's command on hand-set weights" % r["vllm"], "",
              "%s · the burn-in GLM-4.5-Air-shaped folder cut to %d layers + the MTP layer, bf16, with "
              "`dummy_hf_weights`' model.safetensors (%.1f GB long, %.1f MB on disk, written in %s s) · "
              "`tests/gpu/bench_recipe_vs_defaults.py OUT designed`." % (
                  r["date"], r["layers"], r["written"]["bytes"] / 1e9, r["written"]["on_disk"] / 1e6,
                  r["written"]["seconds"]), "",
-             "- healthy in %s s: `%s`" % (r["healthy_after_s"], r["command"]), "",
-             "| Check | Result | Score | How |", "|---|---|---|---|"]
-    for c in r["verify"]:
+             "- healthy in %s s: `%s`" % (r["healthy_after_s"], r["command"]), ""] + verify_table(r["verify"])
+    lines += ["", "MTP over the verify run (vLLM's counters): %d of %d drafted tokens accepted." % (accepted, drafted)]
+    return "\n".join(lines) + "\n"
+
+
+def verify_table(checks):
+    lines = ["| Check | Result | Score | How |", "|---|---|---|---|"]
+    for c in checks:
         score = "%d/%d" % (c["passed"], c["total"]) if c["total"] else "-"
         lines.append("| %s | %s | %s | %s |" % (c["title"], c["status"], score, c["why"].replace("|", "/")))
         for e in c["examples"][:1]:
             lines.append("| | | | e.g. %s |" % e.replace("|", "/")[:200])
-    lines += ["", "vLLM's speculative-decoding counters over the verify run: %s." % (
-        ", ".join("%s %d" % (k.replace("vllm:spec_decode_num_", ""), v) for k, v in sorted(counters.items())) or "none")]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def fmt(v, unit=""):
@@ -338,17 +337,14 @@ def report(paths):
                 r["mode"], min(accept), max(accept))]
     for r in runs:
         if r.get("verify"):
-            lines += ["", "## Verify against the %s server" % r["mode"], "", "| Check | Result | Score | How |",
-                      "|---|---|---|---|"]
-            for c in r["verify"]:
-                score = "%d/%d" % (c["passed"], c["total"]) if c["total"] else "-"
-                lines.append("| %s | %s | %s | %s |" % (c["title"], c["status"], score, c["why"].replace("|", "/")))
-                for e in c["examples"][:1]:
-                    lines.append("| | | | e.g. %s |" % e.replace("|", "/")[:200])
+            lines += ["", "## Verify against the %s server" % r["mode"], ""] + verify_table(r["verify"])
     return "\n".join(lines) + "\n"
 
 
-if MODE == "report":
+if MODE == "report" and [json.load(open(p))["mode"] for p in sys.argv[3:]] == ["designed"]:
+    with open(os.path.join(OUT, "designed.md"), "w") as f:
+        f.write(designed_report(json.load(open(sys.argv[3]))))
+elif MODE == "report":
     text = report(sys.argv[3:])
     with open(os.path.join(OUT, "report.md"), "w") as f:
         f.write(text)
