@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README): sets up what it needs on a fresh Debian 12 machine, then runs every
 # check and test, printing each phase's time. Re-runs reuse the virtualenvs, the test-host image
-# and the wheelhouse while their inputs are unchanged.
+# and the wheelhouse while their inputs are unchanged, and a check that passed on the same inputs
+# is reported as such, not run again (check_phase; GPUSERVE_TEST_FRESH=1 runs everything).
 #   bash tests/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,12 +16,57 @@ phase() {  # phase NAME COMMAND...: run it, time it, keep the line for the summa
   "$@" || rc=$?
   PHASES+=("$(printf '%-52s %4ss  %s' "$name" $((SECONDS - start)) "$([[ $rc == 0 ]] && echo ok || echo "FAILED (rc $rc)")")")
   if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
+  record_pass "$name" $((SECONDS - start))
+}
+
+# Checks' results by their inputs, the way Bazel caches test results: a check that passed is not
+# run again while every input is the same - each file of the tree (tracked, and untracked but not
+# ignored), the virtualenvs' pins and interpreters, the test-host image, the Docker daemon and
+# kernel. A change to any file runs every check again. A fresh clone (CI) has no results.
+RESULTS=.work/test-results
+INPUTS=""
+
+inputs_key() {  # one key for the inputs above; empty outside a git checkout (no cache then)
+  local index
+  [[ ${GPUSERVE_TEST_FRESH:-0} == 1 ]] && { echo "GPUSERVE_TEST_FRESH=1: every check runs"; return 0; }
+  git rev-parse --git-dir >/dev/null 2>&1 || { echo "not a git checkout: every check runs"; return 0; }
+  index=$(mktemp)
+  cp "$(git rev-parse --git-path index)" "$index"  # a copy: the files unchanged since are not read again
+  INPUTS=$({ GIT_INDEX_FILE=$index git add -A . && GIT_INDEX_FILE=$index git write-tree
+             cat .venv/.stamp .venv-latest/.stamp 2>/dev/null
+             echo "${GPUSERVE_TESTHOST_IMAGE:-}"; dockerd --version; uname -r; } | sha256sum | cut -c1-16)
+  rm -f "$index"
+  mkdir -p "$RESULTS"
+  echo "inputs $INPUTS"
+}
+
+passed_before() {  # passed_before NAME: the record of NAME passing on these inputs, if there is one
+  [[ -n $INPUTS ]] || return 1
+  local record
+  record="$RESULTS/$(printf '%s %s' "$INPUTS" "$1" | sha256sum | cut -c1-16)"
+  [[ -f $record ]] && cat "$record"
+}
+
+record_pass() {  # record_pass NAME SECONDS
+  [[ -n $INPUTS ]] || return 0
+  printf 'passed %s in %ss\n' "$(date -u +%Y-%m-%dT%H:%MZ)" "$2" \
+    > "$RESULTS/$(printf '%s %s' "$INPUTS" "$1" | sha256sum | cut -c1-16)"
+}
+
+check_phase() {  # check_phase NAME COMMAND...: a phase, unless it passed on these inputs
+  local name=$1 before
+  if before=$(passed_before "$name"); then
+    echo "=== ${name}: ${before} on these inputs, not run again"
+    PHASES+=("$(printf '%-52s %4ss  %s' "$name" 0 "cached (${before})")")
+    return 0
+  fi
+  phase "$@"
 }
 
 # Molecule scenarios beside the playbook tests (each its own log and time), collected by
 # join_molecule: their hosts wait on containers and Ansible's polling while the playbook tests wait
 # on engines, so on 2 cores the two together take less than one after the other. They share the
-# daemon, never a port or a container name.
+# daemon (and the llama.cpp root, written by rename), never a port or a container name.
 declare -A MOLECULE=(
   [default]="molecule default (2 container hosts: site.yml, idempotence, verify, stop)"
   [preflight]="molecule preflight (7 container hosts)"
@@ -29,9 +75,19 @@ declare -A MOLECULE=(
 BG_PID="" BG_DIR="" BG_SCENARIOS=()
 
 start_molecule() {  # start_molecule SCENARIO...: one after the other, in the background
-  BG_DIR=$(mktemp -d) BG_SCENARIOS=("$@")
+  local s before
+  BG_DIR=$(mktemp -d) BG_SCENARIOS=()
+  for s in "$@"; do
+    if before=$(passed_before "${MOLECULE[$s]}, beside"); then
+      echo "=== ${MOLECULE[$s]}: ${before} on these inputs, not run again"
+      PHASES+=("$(printf '%-52s %4ss  %s' "${MOLECULE[$s]}, beside" 0 "cached (${before})")")
+    else
+      BG_SCENARIOS+=("$s")
+    fi
+  done
+  [[ ${#BG_SCENARIOS[@]} -gt 0 ]] || return 0
   (
-    for s in "$@"; do
+    for s in "${BG_SCENARIOS[@]}"; do
       start=$SECONDS rc=0
       in_venv molecule test -s "$s" > "$BG_DIR/$s.log" 2>&1 || rc=$?
       echo "$rc $((SECONDS - start))" > "$BG_DIR/$s.rc"
@@ -39,11 +95,12 @@ start_molecule() {  # start_molecule SCENARIO...: one after the other, in the ba
     done
   ) &
   BG_PID=$!
-  echo "=== ${*} started in the background"
+  echo "=== ${BG_SCENARIOS[*]} started in the background"
 }
 
 join_molecule() {  # wait for them; print their logs and their phase lines
   local rc=0 s code secs
+  [[ -n $BG_PID ]] || return 0
   wait "$BG_PID" || rc=$?
   for s in "${BG_SCENARIOS[@]}"; do
     [[ -f $BG_DIR/$s.rc ]] || continue
@@ -52,6 +109,7 @@ join_molecule() {  # wait for them; print their logs and their phase lines
     read -r code secs < "$BG_DIR/$s.rc"
     PHASES+=("$(printf '%-52s %4ss  %s' "${MOLECULE[$s]}, beside" "$secs" \
       "$([[ $code == 0 ]] && echo ok || echo "FAILED (rc $code)")")")
+    [[ $code != 0 ]] || record_pass "${MOLECULE[$s]}, beside" "$secs"
   done
   rm -rf "$BG_DIR"
   if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
@@ -149,24 +207,24 @@ else
 fi
 phase "test-host image (debootstrap, cached by tag)" testhost_image
 phase "test wheelhouse (requirements-host.txt + NVML double)" tests/testbed/wheelhouse.sh .venv/bin/python
+inputs_key
 
-phase "yamllint" .venv/bin/yamllint -s .
-phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh scripts/*.sh .ci/run
-phase "ansible-lint (production profile, offline)" in_venv ansible-lint -q
-phase "collection build, install --no-deps, module run" tests/testbed/package.sh .venv
-phase "ansible-test sanity, ansible-core 2.19" tests/testbed/sanity.sh .venv
+check_phase "yamllint" .venv/bin/yamllint -s .
+check_phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh scripts/*.sh .ci/run
+check_phase "ansible-lint (production profile, offline)" in_venv ansible-lint -q
+check_phase "collection build, install --no-deps, module run" tests/testbed/package.sh .venv
+check_phase "ansible-test sanity, ansible-core 2.19" tests/testbed/sanity.sh .venv
 if [[ -x .venv-latest/bin/python ]]; then
-  phase "ansible-test sanity, newest ansible-core" tests/testbed/sanity.sh .venv-latest
+  check_phase "ansible-test sanity, newest ansible-core" tests/testbed/sanity.sh .venv-latest
 fi
 # Playbooks run under both: molecule converges with ansible-core 2.19, tests/integration with the
 # newest (or 2.19 where no Python 3.12 is).
-phase "pytest unit, ansible-core 2.19" run_pytest .venv tests/unit
-start_molecule preflight check_mode
+check_phase "pytest unit, ansible-core 2.19" run_pytest .venv tests/unit
+start_molecule preflight check_mode default
 if [[ -x .venv-latest/bin/python ]]; then
-  phase "pytest unit + playbooks, newest ansible-core" run_pytest .venv-latest --durations=10 tests/unit tests/integration
+  check_phase "pytest unit + playbooks, newest ansible-core" run_pytest .venv-latest --durations=10 tests/unit tests/integration
 else
-  phase "pytest playbooks, ansible-core 2.19" run_pytest .venv --durations=10 tests/integration
+  check_phase "pytest playbooks, ansible-core 2.19" run_pytest .venv --durations=10 tests/integration
 fi
 join_molecule
-phase "${MOLECULE[default]}" in_venv molecule test -s default
 summary
