@@ -21,8 +21,9 @@ phase() {  # phase NAME COMMAND...: run it, time it, keep the line for the summa
 
 # Checks' results by their inputs, the way Bazel caches test results: a check that passed is not
 # run again while every input is the same - each file of the tree (tracked, and untracked but not
-# ignored), the virtualenvs' pins and interpreters, the test-host image, the Docker daemon and
-# kernel. A change to any file runs every check again. A fresh clone (CI) has no results.
+# ignored), the virtualenvs' pins and interpreters, the test-host image, the llama.cpp roots made
+# from Debian's packages, the Docker daemon and kernel. A change to any file runs every check
+# again. A fresh clone (CI) has no results.
 RESULTS=.work/test-results
 INPUTS=""
 
@@ -34,7 +35,8 @@ inputs_key() {  # one key for the inputs above; empty outside a git checkout (no
   cp "$(git rev-parse --git-path index)" "$index"  # a copy: the files unchanged since are not read again
   INPUTS=$({ GIT_INDEX_FILE=$index git add -A . && GIT_INDEX_FILE=$index git write-tree
              cat .venv/.stamp .venv-latest/.stamp 2>/dev/null
-             echo "${GPUSERVE_TESTHOST_IMAGE:-}"; dockerd --version; uname -r; } | sha256sum | cut -c1-16)
+             echo "${GPUSERVE_TESTHOST_IMAGE:-}"; ls "$GPUSERVE_TEST_IMAGE_CACHE" 2>/dev/null
+             dockerd --version; uname -r; } | sha256sum | cut -c1-16)
   rm -f "$index"
   mkdir -p "$RESULTS"
   echo "inputs $INPUTS"
