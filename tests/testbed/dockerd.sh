@@ -45,6 +45,9 @@ case ${1:-} in
       for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
       kill -9 "$pid" 2>/dev/null || true
     fi
+    # A daemon killed midway leaves its data root's mounts, which block removing the checkout.
+    awk -v d="$STATE/data" '$2 == d || index($2, d "/") == 1 {print $2}' /proc/self/mounts | sort -r |
+      while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
     rm -f "$SOCK" ;;
   *)
     echo "usage: $0 start|stop|host" >&2; exit 2 ;;
