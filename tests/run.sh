@@ -42,27 +42,27 @@ inputs_key() {  # one key for the inputs above; empty outside a git checkout (no
   echo "inputs $INPUTS"
 }
 
-passed_before() {  # passed_before NAME: the record of NAME passing on these inputs, if there is one
-  [[ -n $INPUTS ]] || return 1
-  local record
-  record="$RESULTS/$(printf '%s %s' "$INPUTS" "$1" | sha256sum | cut -c1-16)"
-  [[ -f $record ]] && cat "$record"
+record_file() {  # record_file NAME: where NAME's pass on these inputs is recorded
+  echo "$RESULTS/$(printf '%s %s' "$INPUTS" "$1" | sha256sum | cut -c1-16)"
 }
 
 record_pass() {  # record_pass NAME SECONDS
   [[ -n $INPUTS ]] || return 0
-  printf 'passed %s in %ss\n' "$(date -u +%Y-%m-%dT%H:%MZ)" "$2" \
-    > "$RESULTS/$(printf '%s %s' "$INPUTS" "$1" | sha256sum | cut -c1-16)"
+  printf 'passed %s in %ss\n' "$(date -u +%Y-%m-%dT%H:%MZ)" "$2" > "$(record_file "$1")"
+}
+
+cached() {  # cached NAME: true, with NAME's summary line, when it passed on these inputs
+  local record before
+  [[ -n $INPUTS ]] || return 1
+  record=$(record_file "$1")
+  [[ -f $record ]] || return 1
+  before=$(cat "$record")
+  echo "=== ${1}: ${before} on these inputs, not run again"
+  PHASES+=("$(printf '%-52s %4ss  %s' "$1" 0 "cached (${before})")")
 }
 
 check_phase() {  # check_phase NAME COMMAND...: a phase, unless it passed on these inputs
-  local name=$1 before
-  if before=$(passed_before "$name"); then
-    echo "=== ${name}: ${before} on these inputs, not run again"
-    PHASES+=("$(printf '%-52s %4ss  %s' "$name" 0 "cached (${before})")")
-    return 0
-  fi
-  phase "$@"
+  cached "$1" || phase "$@"
 }
 
 # Molecule scenarios beside the playbook tests (each its own log and time), collected by
@@ -77,15 +77,10 @@ declare -A MOLECULE=(
 BG_PID="" BG_DIR="" BG_SCENARIOS=()
 
 start_molecule() {  # start_molecule SCENARIO...: one after the other, in the background
-  local s before
+  local s
   BG_DIR=$(mktemp -d) BG_SCENARIOS=()
   for s in "$@"; do
-    if before=$(passed_before "${MOLECULE[$s]}, beside"); then
-      echo "=== ${MOLECULE[$s]}: ${before} on these inputs, not run again"
-      PHASES+=("$(printf '%-52s %4ss  %s' "${MOLECULE[$s]}, beside" 0 "cached (${before})")")
-    else
-      BG_SCENARIOS+=("$s")
-    fi
+    cached "${MOLECULE[$s]}, beside" || BG_SCENARIOS+=("$s")
   done
   [[ ${#BG_SCENARIOS[@]} -gt 0 ]] || return 0
   (

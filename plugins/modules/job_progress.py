@@ -20,7 +20,6 @@ description:
   - Meant for a loop with C(break_when), whose label prints the line per host. With O(wait) at the progress interval
     the loop prints a line per interval and ends when the job does; a loop pausing between quick looks ends up to
     a whole interval after it.
-
 author:
   - gpuserve.llm contributors (@gpuserve)
 extends_documentation_fragment:
