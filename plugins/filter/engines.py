@@ -20,7 +20,8 @@ description:
     process on the host reaches an engine bound to a port and address).
 options:
   _input:
-    description: The llm_ settings, by name.
+    description: The typed settings by name, as validation returned them (C(llm_settings)); raw variables are not
+      converted here.
     type: dict
     required: true
   paths:
@@ -54,7 +55,6 @@ import os
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import engines
-from ansible_collections.gpuserve.llm.plugins.module_utils.settings import spec_options, typed
 
 COLLECTION = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -66,8 +66,7 @@ def engine_profile(engine):
 
 
 def engine_command(settings, paths=None, facts=None):
-    # Extra-vars arrive as text (-e llm_parallel=2): convert as validation did.
-    settings = typed(dict(settings), spec_options(COLLECTION)[0])
+    """`settings`: the typed settings validation returned (llm_settings), not the raw variables."""
     profile = engine_profile(settings.get("llm_engine"))
     paths = dict({"dummy": False}, **(paths or {}))
     with open(os.path.join(COLLECTION, "templates", profile["template"])) as f:

@@ -67,11 +67,18 @@ def finding_lines(findings, host=None):
     return lines
 
 
-def _status(findings, reached):
-    if not reached:
+def preflight_status(entry):
+    """A host's status in the fleet report: ERROR with an error finding; FAILED when it stopped
+    before its checks finished for any other reason (a task failed, the host went unreachable);
+    NOT RUN when it never got as far as validation (or was left out by --limit); else WARN or OK."""
+    severities = {f["severity"] for f in entry.get("findings", [])}
+    if ERROR in severities:
+        return "ERROR"
+    if not entry.get("reached", True):
         return "NOT RUN"
-    severities = {f["severity"] for f in findings}
-    return "ERROR" if ERROR in severities else "WARN" if WARNING in severities else "OK"
+    if not entry.get("checked", True):
+        return "FAILED"
+    return "WARN" if WARNING in severities else "OK"
 
 
 def findings_table(report):
@@ -86,7 +93,7 @@ def findings_table(report):
         codes = ", ".join("%s%s" % (c, " x%d" % n if n > 1 else "") for c, n in sorted(
             counts.items(), key=lambda kv: (not kv[0].startswith("E_"), kv[0])))
         weights = {"dummy": "dummy weights", "hub": "hub"}.get(entry.get("weights"), "-")
-        rows.append((host, _status(entry.get("findings", []), entry.get("reached", True)), weights, codes or "-"))
+        rows.append((host, entry.get("status") or preflight_status(entry), weights, codes or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in rows]
     out.insert(1, "  ".join("-" * w for w in widths))
@@ -127,6 +134,7 @@ class FilterModule(object):
             "finding": make_finding,
             "finding_lines": finding_lines,
             "findings_table": findings_table,
+            "preflight_status": preflight_status,
             "p2p_matrix": p2p_matrix,
             "docker_findings": docker_findings,
         }

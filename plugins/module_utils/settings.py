@@ -1,9 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpuserve.llm contributors
 # Apache License 2.0 (see LICENSE)
-"""Validation of the llm_ settings: types and choices from the llm role's argument spec,
-then ranges, cross-field rules and what each engine can honour. Each failure is a finding that
-names the variable, the value and what is allowed."""
+"""Validation of every setting, once, before anything changes: the llm_ settings and every role's
+knobs (preflight_*, service_*, ...). Types and choices come from the roles' argument specs, then
+ranges, forms, cross-field rules and what each engine can honour. Each failure is a finding that
+names the variable, the value and what is allowed.
+
+A value flows one way: inventory -> validate() -> the typed settings -> templates and modules.
+validate() returns the typed values (as Ansible converts them: '2' -> 2 for an int) beside the
+findings, and display() the copy that may be shown or written (every no_log option masked)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -24,7 +29,7 @@ DOMAIN = re.compile(r"^(\*\.)?([A-Za-z0-9-]{1,63}\.)*[A-Za-z0-9-]{1,63}$")
 DRAFTER_METHODS = ("mtp", "off", "ngram")
 GPU_ENGINES = ("vllm", "sglang")
 
-# Integer and float ranges: (minimum, maximum or None).
+# Integer and float ranges: (minimum, maximum or None). Every other number a spec declares must be 0 or more.
 RANGES = {
     "llm_model_max_context": (1, None),
     "llm_parallel": (1, 1024),
@@ -34,7 +39,47 @@ RANGES = {
     "llm_reserve_gib": (0, None),
     "llm_kv_cap_gib": (0, None),
     "llm_default_top_k": (0, None),
+    "preflight_expected_power_w": (1, None),
+    "weights_rsync_port": (1, 65535),
+    "verify_undrafted_port": (1, 65535),
+    "weights_workers": (1, 256),
+    "weights_dummy_layers": (0, 1024),
+    "autotune_llamacpp_n_prompt": (1, None),
+    "autotune_llamacpp_n_gen": (1, None),
+    "autotune_llamacpp_repetitions": (1, None),
+    "bench_reply_tokens": (1, None),
+    "bench_prefill_reply_tokens": (1, None),
+    "bench_reuse_tokens": (1, None),
+    "bench_reuse_turns": (2, None),
+    "verify_exact_prompts": (1, None),
+    "verify_exact_max_tokens": (1, None),
+    "verify_burst_size": (1, None),
+    "service_smoke_max_tokens": (1, None),
+    "service_health_interval": (0.1, 3600),
 }
+# Names ending so are waits: at least one second (a 0 would spin or never wait).
+POSITIVE_SUFFIXES = ("_timeout", "_interval")
+# Each element of a list of numbers: (minimum, maximum or None); others must be 0 or more.
+ELEMENT_RANGES = {
+    "bench_concurrency": (1, 1024),
+    "bench_prefill_sizes": (1, None),
+    "autotune_llamacpp_threads": (1, None),
+    "autotune_llamacpp_batch_sizes": (1, None),
+    "autotune_llamacpp_ubatch_sizes": (1, None),
+    "verify_needle_sizes": (0.01, 1),
+    "verify_needle_depths": (0, 1),
+}
+# Text settings with a form: (pattern, what is allowed).
+FORMS = {
+    "preflight_min_compute_capability": (r"^\d+\.\d+$", "a compute capability such as 8.9"),
+    "service_log_max_size": (r"^\d+[kmg]?$", "a size such as 100m (Docker's json-file max-size)"),
+    "service_log_max_file": (r"^[1-9]\d*$", "a count of files such as 5"),
+    "service_shm_size": (r"^\d+[bkmg]?$", "a size such as 1g"),
+    "image_git_commit": (r"^([0-9a-f]{40})?$", "a full commit hash (40 hex digits), or empty"),
+}
+URL_SETTINGS = ("host_venv_index_url", "weights_hf_endpoint", "verify_undrafted_url")
+ADDRESS_SETTINGS = ("llm_host", "weights_rsync_bind")
+SERIAL = re.compile(r"^([1-9]\d*|([1-9]\d?|100)%)$")
 
 
 def _dummy(s):
@@ -89,6 +134,8 @@ UNSUPPORTED = {
 
 # Dense conversions an engine can make at load: from the checkpoint's precision to llm_dense.
 DENSE_CONVERSIONS = {("bf16", "fp8")}
+# What display() shows for a secret that is set.
+MASK = "<hidden>"
 
 
 def _bad(code, name, value, allowed, secret=False):
@@ -107,46 +154,127 @@ def _allowed(option):
             "path": "a path", "dict": "a mapping"}.get(kind, kind)
 
 
-def spec_options(collection):
-    """The llm role's options, and every llm_ option any role of the collection documents (known names)."""
+class Specs(object):
+    """Every role's documented options by name, the prefix of each role's knobs, and the names the
+    roles keep for themselves (vars/main.yml: derived values, never settings)."""
+
+    def __init__(self, options, prefixes, internal):
+        self.options = options
+        self.prefixes = prefixes
+        self.internal = internal
+
+    def is_setting(self, name):
+        return name.startswith(self.prefixes) and name not in self.internal
+
+    def secret(self):
+        return set(n for n, o in self.options.items() if o.get("no_log"))
+
+
+_SPECS = {}
+# What validation itself keeps (roles/llm/tasks/validate.yml): facts, not settings.
+VALIDATION_FACTS = ("llm_validation", "llm_settings", "llm_settings_display")
+
+
+def load_specs(collection):
+    """The Specs of the collection's roles (read once per process: the action runs for every host)."""
     import yaml  # the controller's PyYAML (ansible-core's dependency)
 
-    with open(os.path.join(collection, "roles", "llm", "meta", "argument_specs.yml")) as f:
-        options = yaml.safe_load(f)["argument_specs"]["main"]["options"]
-    known = set()
-    for path in glob.glob(os.path.join(collection, "roles", "*", "meta", "argument_specs.yml")):
-        with open(path) as f:
-            for entry in (yaml.safe_load(f) or {}).get("argument_specs", {}).values():
-                known.update(n for n in (entry.get("options") or {}) if n.startswith("llm_"))
-    return options, known
+    if collection in _SPECS:
+        return _SPECS[collection]
+    options, prefixes, internal = {}, set(), set()
+    for role_dir in sorted(glob.glob(os.path.join(collection, "roles", "*"))):
+        role = os.path.basename(role_dir)
+        prefixes.add(role + "_")
+        spec_file = os.path.join(role_dir, "meta", "argument_specs.yml")
+        if os.path.exists(spec_file):
+            with open(spec_file) as f:
+                for entry in (yaml.safe_load(f) or {}).get("argument_specs", {}).values():
+                    for name, option in (entry.get("options") or {}).items():
+                        # The llm role owns the llm_ settings; another role's note of one adds nothing.
+                        if name not in options or role == "llm":
+                            options[name] = dict(option, role=role)
+        vars_file = os.path.join(role_dir, "vars", "main.yml")
+        if os.path.exists(vars_file):
+            with open(vars_file) as f:
+                internal.update(yaml.safe_load(f) or {})
+    internal.update(VALIDATION_FACTS)
+    _SPECS[collection] = Specs(options, tuple(sorted(prefixes, key=len, reverse=True)), frozenset(internal))
+    return _SPECS[collection]
 
 
-def typed(settings, options):
-    """The settings converted as Ansible converts arguments of the spec's types ('2' -> 2 for an int,
-    'yes' -> True for a bool); a value that does not convert stays as given (validation reports it)."""
-    out = dict(settings)
-    for name, option in options.items():
-        if name in settings:
-            spec = dict((k, v) for k, v in option.items() if k in ("type", "elements"))
-            result = ArgumentSpecValidator({name: spec}).validate({name: settings[name]})
-            if not result.error_messages:
-                out[name] = result.validated_parameters[name]
-    return out
+def display(values, options):
+    """The settings as they may be shown or written: every option the specs mark no_log masked."""
+    return dict((name, MASK if options.get(name, {}).get("no_log") and value not in ("", None) else value)
+                for name, value in values.items())
 
 
-def validate(settings, spec_options, known_names=()):
-    """Return findings for the llm_ settings given as {name: value} (templated values)."""
+def _number_range(name, option):
+    if name in RANGES:
+        return RANGES[name]
+    if name.endswith(POSITIVE_SUFFIXES):
+        return (1, None)
+    return (0, None)
+
+
+def _check_numbers(values, options, findings):
+    for name in sorted(values):
+        option = options.get(name, {})
+        kind, value = option.get("type", "str"), values[name]
+        if kind in ("int", "float") and value is not None:
+            low, high = _number_range(name, option)
+            if value < low or (high is not None and value > high):
+                findings.append(_bad("E_CONFIG", name, value, "%s to %s" % (low, high if high is not None else "any")))
+                values.pop(name)
+        elif kind == "list" and option.get("elements") in ("int", "float") and value and name != "llm_gpus":
+            low, high = ELEMENT_RANGES.get(name, (0, None))
+            if any(v < low or (high is not None and v > high) for v in value):
+                findings.append(_bad("E_CONFIG", name, value, "a list of numbers from %s to %s" % (
+                    low, high if high is not None else "any")))
+                values.pop(name)
+
+
+def _check_forms(values, findings):
+    for name, (pattern, allowed) in FORMS.items():
+        if name in values and values[name] is not None and not re.match(pattern, str(values[name])):
+            findings.append(_bad("E_CONFIG", name, values[name], allowed))
+            values.pop(name)
+    for name in URL_SETTINGS:
+        if values.get(name) and not re.match(r"^https?://[^/\s]+", str(values[name])):
+            findings.append(_bad("E_CONFIG", name, values[name], "an http(s) URL, or empty"))
+            values.pop(name)
+    for name in ADDRESS_SETTINGS:
+        if name in values:
+            try:
+                ipaddress.ip_address(values[name])
+            except ValueError:
+                findings.append(_bad("E_CONFIG", name, values[name], "an IPv4 or IPv6 address to bind"))
+                values.pop(name)
+    serial = values.get("service_serial")
+    if serial is not None:
+        batches = serial if isinstance(serial, list) else [serial]
+        if not batches or not all(SERIAL.match(str(b).strip()) for b in batches):
+            findings.append(_bad("E_CONFIG", "service_serial", serial,
+                                 "a number of hosts (1 or more), a percentage (1% to 100%), or a list of them"))
+            values.pop("service_serial")
+
+
+def validate(settings, options, internal=()):
+    """Validate the settings given as {name: value} (templated values).
+
+    `options`: the documented options by name (Specs.options); `internal`: names the roles keep for
+    themselves. Returns (findings, values): values holds every setting that passed, typed as the
+    spec says; a setting that failed is left out of it.
+    """
     findings = []
-    secret = set(n for n, o in spec_options.items() if o.get("no_log"))
-    known = set(spec_options) | set(known_names)
+    secret = set(n for n, o in options.items() if o.get("no_log"))
     for name in sorted(settings):
-        if name not in known:
+        if name not in options and name not in internal:
             findings.append(finding("W_UNKNOWN_SETTING", name, "%s is not a setting of this collection (a typo?); "
                                     "it is ignored" % name, variable=name))
 
-    # Types and choices: the llm role's argument spec, option by option so each failure names its variable.
+    # Types and choices: the roles' argument specs, option by option so each failure names its variable.
     values = {}
-    for name, option in spec_options.items():
+    for name, option in sorted(options.items()):
         if name not in settings:
             continue
         spec = dict((k, v) for k, v in option.items() if k in ("type", "choices", "elements", "no_log"))
@@ -158,14 +286,8 @@ def validate(settings, spec_options, known_names=()):
         else:
             values[name] = result.validated_parameters[name]
 
-    for name, (low, high) in RANGES.items():
-        value = values.get(name)
-        if value is None:
-            continue
-        if value < low or (high is not None and value > high):
-            findings.append(_bad("E_CONFIG", name, value, "%s to %s" % (low, high if high is not None else "any")))
-            values.pop(name)
-
+    _check_numbers(values, options, findings)
+    _check_forms(values, findings)
     for name in ("llm_model", "llm_served_model_name", "llm_model_revision"):
         if name in values and not str(values[name]).strip():
             findings.append(_bad("E_CONFIG", name, values[name], "a non-empty string"))
@@ -188,12 +310,6 @@ def validate(settings, spec_options, known_names=()):
             isinstance(media, list) and media and all(isinstance(d, str) and DOMAIN.match(d) for d in media))
         if not ok:
             findings.append(_bad("E_CONFIG", "llm_media_urls", media, "data_only, any, or a list of domain names"))
-
-    if "llm_host" in values:
-        try:
-            ipaddress.ip_address(values["llm_host"])
-        except ValueError:
-            findings.append(_bad("E_CONFIG", "llm_host", values["llm_host"], "an IPv4 or IPv6 address to bind"))
 
     gpus = values.get("llm_gpus")
     if gpus is not None:
@@ -227,4 +343,5 @@ def validate(settings, spec_options, known_names=()):
         if name in values and applies(values):
             findings.append(finding("E_UNSUPPORTED", name, "%s is %r on %s: %s; %s" % (
                 name, values[name], engine, why, alternative), variable=name, engine=engine))
-    return findings
+
+    return findings, values

@@ -181,9 +181,8 @@ REFUSALS = {
 
 
 def test_readme_engine_table_refusals_are_what_validation_refuses():
-    from ansible_collections.gpuserve.llm.plugins.module_utils.settings import validate
-    with open(os.path.join(ROOT, "roles", "llm", "meta", "argument_specs.yml")) as f:
-        options = yaml.safe_load(f)["argument_specs"]["main"]["options"]
+    from ansible_collections.gpuserve.llm.plugins.module_utils.settings import load_specs, validate
+    options = load_specs(ROOT).options
     table = _readme_engine_table()
     refused = {(row, engine) for row, cells in table.items() for engine, cell in cells.items() if "E_UNSUPPORTED" in cell}
     assert refused == set(REFUSALS)
@@ -191,7 +190,7 @@ def test_readme_engine_table_refusals_are_what_validation_refuses():
     for (row, engine), change in REFUSALS.items():
         settings = dict(base[engine], llm_context=2048 if engine == "llamacpp" else 131072, **change)
         settings.pop("llm_api_key")
-        codes = [(f["code"], f["details"].get("engine")) for f in validate(settings, options)]
+        codes = [(f["code"], f["details"].get("engine")) for f in validate(settings, options)[0]]
         assert ("E_UNSUPPORTED", engine) in codes, (row, engine, codes)
 
 
@@ -216,9 +215,14 @@ def test_the_argv_checked_by_vllm_on_the_gpu_is_what_the_template_renders_now():
 
 
 def test_settings_given_as_text_render_as_their_types():
-    """-e llm_parallel=2 arrives as the string '2': the command must still say 2, and 2 x context."""
+    """-e llm_parallel=2 arrives as the string '2': validation types it, and the command, rendered from what
+    validation handed on, says 2, and 2 x context."""
+    from ansible_collections.gpuserve.llm.plugins.module_utils.settings import load_specs, validate
     settings, paths, facts = CASES["llamacpp-cpu"]
-    argv = engine_command(dict(settings, llm_parallel="2", llm_context="2048"), paths, facts)["argv"]
+    specs = load_specs(ROOT)
+    findings, typed = validate(dict(settings, llm_parallel="2", llm_context="2048"), specs.options, specs.internal)
+    assert findings == []
+    argv = engine_command(typed, paths, facts)["argv"]
     assert argv[argv.index("--parallel") + 1] == "2"
     assert argv[argv.index("--ctx-size") + 1] == "4096"
 

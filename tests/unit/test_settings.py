@@ -1,14 +1,16 @@
-"""Settings validation: every rule, each bad value refused with its code, naming variable and value."""
+"""Settings validation: every rule, each bad value refused with its code, naming variable and value;
+the typed settings it hands on, and the copy with the secrets masked."""
+import glob
 import os
 
 import pytest
 import yaml
 
-from ansible_collections.gpuserve.llm.plugins.module_utils.settings import validate
+from ansible_collections.gpuserve.llm.plugins.module_utils.settings import MASK, display, load_specs, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-with open(os.path.join(ROOT, "roles", "llm", "meta", "argument_specs.yml")) as f:
-    OPTIONS = yaml.safe_load(f)["argument_specs"]["main"]["options"]
+SPECS = load_specs(ROOT)
+OPTIONS = SPECS.options
 with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
     DEFAULTS = yaml.safe_load(f)
 # As Ansible templates them for the recipe's model.
@@ -20,7 +22,7 @@ SGLANG = dict(DEFAULTS, llm_engine="sglang", llm_media_urls="any", llm_kv_cap_gi
 
 
 def check(base=None, **changes):
-    return validate(dict(base or DEFAULTS, **changes), OPTIONS)
+    return validate(dict(base or DEFAULTS, **changes), OPTIONS, SPECS.internal)[0]
 
 
 def test_the_recipe_defaults_are_valid():
@@ -118,7 +120,8 @@ def test_unknown_llm_variable_is_a_warning():
     findings = check(llm_paralel=8)
     assert [(f["code"], f["subject"], f["severity"]) for f in findings] == [
         ("W_UNKNOWN_SETTING", "llm_paralel", "warning")]
-    assert validate(dict(DEFAULTS, llm_hf_token="x"), OPTIONS, known_names=["llm_hf_token"]) == []
+    assert check(preflight_min_free_mb=1000)[0]["subject"] == "preflight_min_free_mb"  # every role's knobs
+    assert check(service_profile="x", llm_settings={}) == []  # the roles' own derived names are not settings
 
 
 def test_secret_values_are_never_shown():
@@ -130,3 +133,70 @@ def test_secret_values_are_never_shown():
 
 def test_strings_for_numbers_are_converted_as_ansible_does():
     assert check(llm_parallel="40", llm_port="8020", llm_thinking="no") == []
+
+
+def test_validation_hands_on_the_settings_typed_as_the_specs_say():
+    findings, values = validate(dict(DEFAULTS, llm_parallel="40", llm_thinking="no", llm_reserve_gib="7",
+                                     preflight_expected_power_w="300", service_serial="50%"), OPTIONS, SPECS.internal)
+    assert findings == []
+    assert values["llm_parallel"] == 40 and isinstance(values["llm_parallel"], int)
+    assert values["llm_thinking"] is False
+    assert values["llm_reserve_gib"] == 7.0 and isinstance(values["llm_reserve_gib"], float)
+    assert values["preflight_expected_power_w"] == 300.0
+    # A refused setting is left out of what is handed on.
+    findings, values = validate(dict(DEFAULTS, llm_parallel="forty"), OPTIONS, SPECS.internal)
+    assert "llm_parallel" not in values and [f["subject"] for f in findings] == ["llm_parallel"]
+
+
+def test_the_display_copy_masks_every_option_the_specs_mark_no_log():
+    secret = sorted(n for n, o in OPTIONS.items() if o.get("no_log"))
+    assert "llm_api_key" in secret and "llm_hf_token" in secret
+    values = validate(dict(DEFAULTS, llm_api_key="sk-1", llm_hf_token="hf_2"), OPTIONS, SPECS.internal)[1]
+    shown = display(values, OPTIONS)
+    assert [shown[n] for n in secret] == [MASK] * len(secret)
+    assert "sk-1" not in repr(shown) and "hf_2" not in repr(shown)
+    assert shown["llm_parallel"] == values["llm_parallel"]
+    # Driven by the spec: a new no_log option is masked without naming it anywhere else.
+    options = dict(OPTIONS, router_admin_token={"type": "str", "no_log": True})
+    assert display({"router_admin_token": "t0k"}, options) == {"router_admin_token": MASK}
+    assert display(dict(values, llm_api_key=""), OPTIONS)["llm_api_key"] == ""  # unset stays visibly unset
+
+
+@pytest.mark.parametrize("name, value, allowed", [
+    ("preflight_expected_power_w", "250W", "a number"),
+    ("preflight_min_free_mib", -1, "0 to any"),
+    ("preflight_min_compute_capability", "Hopper", "a compute capability such as 8.9"),
+    ("host_venv_index_url", "ftp://mirror/simple", "an http(s) URL, or empty"),
+    ("host_venv_packages", {"nvidia-ml-py": 1}, "a list of str"),
+    ("service_serial", "0", "a number of hosts (1 or more), a percentage (1% to 100%), or a list of them"),
+    ("service_serial", "150%", "a number of hosts (1 or more), a percentage (1% to 100%), or a list of them"),
+    ("service_health_timeout", 0, "1 to any"),
+    ("service_log_max_size", "100 MB", "a size such as 100m (Docker's json-file max-size)"),
+    ("service_restart_policy", "sometimes", "one of no, on-failure, always, unless-stopped"),
+    ("weights_rsync_bind", "all", "an IPv4 or IPv6 address to bind"),
+    ("weights_rsync_port", 70000, "1 to 65535"),
+    ("weights_progress_interval", 0, "1 to any"),
+    ("image_git_commit", "main", "a full commit hash (40 hex digits), or empty"),
+    ("autotune_moe", "fast", "one of off, reduced, full"),
+    ("bench_concurrency", [1, 0], "a list of numbers from 1 to 1024"),
+    ("verify_needle_sizes", [0.5, 2.0], "a list of numbers from 0.01 to 1"),
+    ("verify_timeout", "an hour", "an integer"),
+])
+def test_every_role_knob_is_validated_like_the_llm_settings(name, value, allowed):
+    findings = check(**{name: value})
+    assert [(f["code"], f["subject"]) for f in findings] == [("E_CONFIG", name)], findings
+    assert findings[0]["details"]["allowed"] == allowed
+    assert repr(value) in findings[0]["message"]
+
+
+def test_service_serial_takes_what_ansible_serial_takes():
+    for good in (1, "3", "25%", "100%", [1, "50%", "100%"]):
+        assert check(service_serial=good) == [], good
+
+
+def test_every_role_default_is_a_documented_setting():
+    """A knob without a spec entry would escape validation (and be called a typo)."""
+    for path in glob.glob(os.path.join(ROOT, "roles", "*", "defaults", "main.yml")):
+        with open(path) as f:
+            names = set(yaml.safe_load(f) or {})
+        assert names - set(OPTIONS) == set(), path
