@@ -105,6 +105,10 @@ CODES = {
     "E_SMOKE": (
         ERROR, "the smoke request failed",
         "Read the reply shown; check the served model name, API key and the engine log."),
+    "E_ROLLBACK": (
+        ERROR, "after a failed change, the previous engine was started again but did not pass the health gate",
+        "The host serves nothing now: read both log ends shown (docker logs on the host), fix the cause, and rerun "
+        "the service stage."),
     "E_ENDPOINT": (
         ERROR, "verify or bench found no engine answering at the host's endpoint",
         "Bring the host up first (site.yml); check llm_port, llm_host and llm_api_key, and that the engine is LIVE."),
