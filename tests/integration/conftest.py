@@ -115,6 +115,19 @@ def docker(docker_host, *args, **kwargs):
                           text=True, check=kwargs.get("check", True))
 
 
+def broken_image(docker_host):
+    """An image with no engine in it (test plumbing: imported from a tar holding one empty file)."""
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.addfile(tarfile.TarInfo("etc/broken"), io.BytesIO(b""))
+    tag = "gpuserve-test/no-engine:1"
+    subprocess.run(["docker", "-H", docker_host, "import", "-", tag], input=buf.getvalue(), check=True,
+                   stdout=subprocess.PIPE)
+    return tag
+
+
 class Fleet:
     """An inventory of local-connection hosts, one NVML scenario each, and a way to run playbooks."""
 

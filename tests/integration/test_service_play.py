@@ -2,16 +2,14 @@
 llama.cpp endpoint (Debian's llama-server in a container on the test bed's daemon, the burn-in GGUF
 mounted read-only), a rerun changes nothing, a changed setting rolls to the other slot, a broken
 image is refused with the old container started again, and stop / restart / remove do what they say."""
-import io
 import json
 import os
-import tarfile
 import urllib.error
 import urllib.request
 
 import pytest
 
-from conftest import docker
+from conftest import broken_image, docker
 
 API_KEY = "sk-service-test-SECRET"
 CPU = dict(llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4", llm_model_dense="q4",
@@ -92,26 +90,11 @@ def test_site_brings_the_model_live_reruns_change_nothing_and_changes_roll(servi
     assert containers(docker_host, prefix) == now
 
 
-def _broken_image(docker_host):
-    """An image with no engine in it (test plumbing: imported from an empty tar)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo("etc/broken")
-        info.size = 0
-        tar.addfile(info, io.BytesIO(b""))
-    tag = "gpuserve-test/no-engine:1"
-    subprocess_input = buf.getvalue()
-    import subprocess
-    subprocess.run(["docker", "-H", docker_host, "import", "-", tag], input=subprocess_input, check=True,
-                   stdout=subprocess.PIPE)
-    return tag
-
-
 def test_a_new_container_that_fails_is_removed_and_the_old_one_serves_again(service, docker_host):
     fleet, prefix = service
     assert fleet.run("site.yml").rc == 0
     before = containers(docker_host, prefix)
-    broken = _broken_image(docker_host)
+    broken = broken_image(docker_host)
     failed = fleet.run("site.yml", "-e", "llm_image=" + broken)
     assert failed.rc != 0 and failed.recap["cpu1"]["failed"] == 1, failed
     assert failed.says("E_HEALTH [error] cpu1 %s-b" % prefix), failed
