@@ -164,7 +164,3 @@ def fail(module, code, subject, message, details=None, shown="", **result):
     needs beside it, a log's end); `details` go into the finding, `result` beside it."""
     found = finding(code, subject, message, **(details or {}))
     module.fail_json(msg="%s: %s%s" % (code, message, shown), finding=found, **result)
-
-
-def has_errors(findings):
-    return any(f["severity"] == ERROR for f in findings)
