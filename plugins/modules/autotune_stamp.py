@@ -101,7 +101,8 @@ from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
 from ansible_collections.gpuserve.llm.plugins.module_utils.dummy_gguf import digest as sha256
 
 
-def log_tail(p, lines=15):
+def tuner_log_end(p, lines=15):
+    """The tuner container's exit and last log lines, for the failure's message."""
     if not p["container"]:
         return ""
     try:
@@ -158,7 +159,7 @@ def stamp(module, p):
             files[os.path.relpath(path, folder)] = sha256(path)
     if problems:
         fail(module, "E_AUTOTUNE", folder, "the %s tune is incomplete, nothing is marked ready: %s%s"
-             % (engine, "; ".join(problems), log_tail(p)), details=dict(problems=problems))
+             % (engine, "; ".join(problems), tuner_log_end(p)), details=dict(problems=problems))
     new = {"key": the_plan["key"], "inputs": the_plan["inputs"], "files": files, "choice": choice,
            "tuned_on": p["tuned_on"], "completed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     old = autotune.read_stamp(folder) or {}
