@@ -4,4 +4,4 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared helpers: sysfs_tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared helpers: sysfs_tree, gguf_forward

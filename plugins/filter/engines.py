@@ -6,48 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-DOCUMENTATION = r"""
----
-name: engine_command
-short_description: Render an engine profile's command line from the llm_ settings
-version_added: "0.1.0"
-description:
-  - Renders templates/<engine>.j2 for the engine named by C(llm_engine) and returns C(argv) (the container's
-    command), C(env) (its environment; the API key goes here, never on argv) and C(display) (the command as a
-    person would type it, with secrets shown as <variable name>).
-  - The same file provides C(engine_profile) (image, health endpoint and pool source of an engine) and
-    C(undrafted_argv) (an engine's argv without its drafter flags, on another port) and C(engine_url) (how a
-    process on the host reaches an engine bound to a port and address).
-options:
-  _input:
-    description: The typed settings by name, as validation returned them (C(llm_settings)); raw variables are not
-      converted here.
-    type: dict
-    required: true
-  paths:
-    description: Container paths and knobs the template uses (model_dir, draft_dir, model_file, draft_file, dummy,
-      threads, batch_size).
-    type: dict
-    default: {}
-  facts:
-    description: Host facts (gpu_memory_total_mib, for the memory fraction that keeps llm_reserve_gib free).
-    type: dict
-    default: {}
-author:
-  - gpuserve.llm contributors (@gpuserve)
-"""
-
-EXAMPLES = r"""
-- name: The engine's command
-  ansible.builtin.set_fact:
-    service_command: "{{ settings | gpuserve.llm.engine_command({'model_dir': '/models/m'}, {'gpu_memory_total_mib': 97887}) }}"
-"""
-
-RETURN = r"""
-_value:
-  description: argv (list), env (dict) and display (str).
-  type: dict
-"""
+# Each filter is documented in <its name>.yml beside this file (ansible-doc -t filter gpuserve.llm.<name>).
 
 import hashlib
 import os

@@ -6,44 +6,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-DOCUMENTATION = r"""
----
-name: finding
-short_description: Make a finding from the codes catalogue
-version_added: "0.1.0"
-description:
-  - Turns a code, a subject and a message into a finding dict (code, severity, subject, message, fix),
-    taking severity and fix from the one catalogue in plugins/module_utils/codes.py.
-  - The same file provides C(finding_lines) (one line per finding, for display) and C(findings_table)
-    (the fleet table, hosts by findings).
-options:
-  _input:
-    description: The code, for example V(E_VENV).
-    type: str
-    required: true
-  subject:
-    description: What the finding is about (a GPU, a pair, a path, a port).
-    type: str
-    required: true
-  message:
-    description: What is wrong, naming the host's thing.
-    type: str
-    required: true
-author:
-  - gpuserve.llm contributors (@gpuserve)
-"""
-
-EXAMPLES = r"""
-- name: A finding made in a task
-  ansible.builtin.set_fact:
-    venv_finding: "{{ 'E_VENV' | gpuserve.llm.finding('/opt/gpuserve/venv', 'python3 -m venv failed') }}"
-"""
-
-RETURN = r"""
-_value:
-  description: The finding.
-  type: dict
-"""
+# Each filter is documented in <its name>.yml beside this file (ansible-doc -t filter gpuserve.llm.<name>).
 
 from ansible.errors import AnsibleFilterError
 

@@ -23,6 +23,8 @@ import hashlib
 import json
 import os
 
+from ansible_collections.gpuserve.llm.plugins.module_utils.atomic_file import read_json
+
 # benchmark_moe.py's own default batch sizes (vLLM 0.26.0): the full tune.
 VLLM_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
 # The reduced tune: fewer batch sizes (vLLM takes the nearest one) and a smaller tile search.
@@ -192,8 +194,4 @@ def choose_llamacpp(tg, pp, grid, n_prompt, n_gen):
 
 
 def read_stamp(folder):
-    try:
-        with open(os.path.join(folder, STAMP)) as f:
-            return json.load(f)
-    except (IOError, OSError, ValueError):
-        return None
+    return read_json(os.path.join(folder, STAMP))

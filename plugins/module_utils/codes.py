@@ -163,5 +163,8 @@ def finding(code, subject, message, **details):
     return result
 
 
-def has_errors(findings):
-    return any(f["severity"] == ERROR for f in findings)
+def fail(module, code, subject, message, details=None, shown="", **result):
+    """End the module with the finding: msg is "CODE: message" and then `shown` (what the reader
+    needs beside it, a log's end); `details` go into the finding, `result` beside it."""
+    found = finding(code, subject, message, **(details or {}))
+    module.fail_json(msg="%s: %s%s" % (code, message, shown), finding=found, **result)

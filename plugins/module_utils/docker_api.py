@@ -78,3 +78,15 @@ def logs(docker_host, name, tty=False):
     if status != 200:
         raise IOError("the Docker daemon answered %d for the logs of %s" % (status, name))
     return (body if tty else demultiplex(body)).decode("utf-8", "replace")
+
+
+def log_tail(docker_host, name, count, blank_lines=True):
+    """(the container's inspect document, or None when there is none of that name; the last `count`
+    lines of its log, blank ones left out unless `blank_lines`)."""
+    info = inspect(docker_host, name)
+    if info is None:
+        return None, []
+    lines = logs(docker_host, name, info.get("Config", {}).get("Tty", False)).splitlines()
+    if not blank_lines:
+        lines = [line for line in lines if line.strip()]
+    return info, lines[-count:]

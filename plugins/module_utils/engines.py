@@ -26,7 +26,6 @@ PROFILES = {
         "gpu": True,
         "health": {"path": "/health", "status": 200},
         "pool": {"path": "/metrics", "parser": "vllm_metrics"},
-        "api_key_env": "VLLM_API_KEY",
     },
     "sglang": {
         "version": "0.5.5",
@@ -35,9 +34,6 @@ PROFILES = {
         "gpu": True,
         "health": {"path": "/health", "status": 200},
         "pool": {"path": "/get_server_info", "parser": "sglang_server_info"},
-        # SGLang reads its key from --api-key only: a shell in the container expands it from the
-        # environment, so the key is on no argv that docker keeps.
-        "api_key_env": "GPUSERVE_API_KEY",
     },
     "llamacpp": {
         "version": "Debian llama.cpp-tools",
@@ -46,7 +42,6 @@ PROFILES = {
         "gpu": False,
         "health": {"path": "/health", "status": 200},
         "pool": {"path": "/slots", "parser": "llamacpp_slots"},
-        "api_key_env": "LLAMA_API_KEY",
     },
 }
 

@@ -242,13 +242,8 @@ def run_checks(nvml, gpus, min_free_mib, expected_power_w, min_compute_capabilit
                                               own_container_ids, proc_root))
 
         selected = [i for i in gpus if i in handles]
-        for a in selected:
-            for b in selected:
-                if a == b:
-                    continue
-                pair = _p2p(call, handles, a, b)
-                facts["p2p"].append(pair)
-                findings.extend(_p2p_findings(pair))
+        facts["p2p"] = [_p2p(call, handles, a, b) for a in selected for b in selected if a != b]
+        findings.extend(_p2p_findings(facts["p2p"]))
     finally:
         call("nvmlShutdown", record=False)
     facts["nvml_unanswered"] = call.unanswered
@@ -323,17 +318,35 @@ def _gpu_findings(gpu, min_free_mib, expected_power_w, min_cc, max_ecc, max_reti
     return out
 
 
-def _p2p_findings(pair):
+def _p2p_findings(pairs):
+    """E_P2P for each pair NVML says is not OK; W_P2P_UNKNOWN for each pair and capability NVML could
+    not answer, or one for a capability no pair answered (a driver or binding that cannot ask it)."""
     out = []
-    subject = "GPU pair %d->%d" % (pair["from"], pair["to"])
-    bad = dict((c, s) for c, s in pair["caps"].items() if c in P2P_REQUIRED and isinstance(s, str) and s != "OK")
-    if bad:
-        out.append(finding("E_P2P", subject, "NVML reports peer access not OK from GPU %d to GPU %d: %s" % (
-            pair["from"], pair["to"], ", ".join("%s %s" % kv for kv in sorted(bad.items()))), caps=pair["caps"]))
-    for cap in P2P_REQUIRED:
-        status = pair["caps"][cap]
-        if isinstance(status, dict):
-            out.append(finding("W_P2P_UNKNOWN", subject, "NVML could not answer the %s peer-access query "
-                               "from GPU %d to GPU %d: %s" % (cap, pair["from"], pair["to"], status["error"]),
-                               capability=cap, error=status["error"]))
+    nowhere = [cap for cap in P2P_REQUIRED if len(pairs) > 1 and all(isinstance(p["caps"][cap], dict) for p in pairs)]
+    for pair in pairs:
+        subject = "GPU pair %d->%d" % (pair["from"], pair["to"])
+        bad = dict((c, s) for c, s in pair["caps"].items() if c in P2P_REQUIRED and isinstance(s, str) and s != "OK")
+        if bad:
+            out.append(finding("E_P2P", subject, "NVML reports peer access not OK from GPU %d to GPU %d: %s" % (
+                pair["from"], pair["to"], ", ".join("%s %s" % kv for kv in sorted(bad.items()))), caps=pair["caps"]))
+        for cap in P2P_REQUIRED:
+            status = pair["caps"][cap]
+            if isinstance(status, dict) and cap not in nowhere:
+                out.append(finding("W_P2P_UNKNOWN", subject, "NVML could not answer the %s peer-access query "
+                                   "from GPU %d to GPU %d: %s" % (cap, pair["from"], pair["to"], status["error"]),
+                                   capability=cap, error=status["error"]))
+    for cap in nowhere:
+        errors = sorted(set(p["caps"][cap]["error"] for p in pairs))
+        others = []
+        for other in P2P_REQUIRED:
+            answers = [p["caps"][other] for p in pairs if not isinstance(p["caps"][other], dict)]
+            if other != cap and answers:
+                counts = dict((a, answers.count(a)) for a in answers)
+                others.append("the %s query answered %s" % (other, ", ".join(
+                    "%s on %s" % (a, "every pair" if n == len(pairs) else "%d pairs" % n)
+                    for a, n in sorted(counts.items()))))
+        out.append(finding("W_P2P_UNKNOWN", "all %d GPU pairs" % len(pairs),
+                           "NVML could not answer the %s peer-access query on any of the %d GPU pairs (%s)%s"
+                           % (cap, len(pairs), "; ".join(errors), "; " + "; ".join(others) if others else ""),
+                           capability=cap, error="; ".join(errors), pairs=[p["pair"] for p in pairs]))
     return out

@@ -55,16 +55,36 @@ class Client(object):
     def _scrub(self, text):
         return text.replace(self.api_key, "<api key>") if self.api_key else text
 
-    def _open(self, path, body=None, timeout=None):
-        """The response of a GET (or a POST of JSON `body`), status 200 only. One connection per request:
+    def _send(self, path, body, timeout):
+        """(the connection, its response) of a GET (or a POST of JSON `body`). One connection per request:
         concurrent requests are concurrent connections, as separate users' would be."""
         conn = self._conn_class(self._netloc, timeout=timeout or self.timeout, **self._conn_args)
         try:
             conn.request("POST" if body is not None else "GET", self._base + path,
                          body=json.dumps(body).encode("utf-8") if body is not None else None, headers=self._headers())
-            response = conn.getresponse()
-        except (socket.error, OSError, http_client.HTTPException) as e:
+            return conn, conn.getresponse()
+        except BaseException:
             conn.close()
+            raise
+
+    def call(self, path, body=None, timeout=None):
+        """(status, text) of a GET (or a POST of JSON `body`) whatever the status; (None, the error) when
+        nothing answered. The text is the engine's own (a health poll or smoke request shows it)."""
+        conn = None
+        try:
+            conn, response = self._send(path, body, timeout)
+            return response.status, response.read().decode("utf-8", "replace")
+        except (socket.error, OSError, http_client.HTTPException) as e:
+            return None, str(e)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _open(self, path, body=None, timeout=None):
+        """The response of a GET (or a POST of JSON `body`), status 200 only."""
+        try:
+            conn, response = self._send(path, body, timeout)
+        except (socket.error, OSError, http_client.HTTPException) as e:
             raise EndpointError(None, "%s%s did not answer: %s" % (self.url, path, e))
         if response.status != 200:
             text = response.read().decode("utf-8", "replace")

@@ -10,17 +10,14 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: autotune_stamp
-short_description: Plan a kernel tune, and mark its result ready only when the outputs validate
+short_description: Mark a kernel tune's result ready, only when the tuner's outputs validate
 version_added: "0.1.0"
 description:
-  - O(state=plan) reads what the result depends on - the host's processor (model, usable CPUs) or the GPU model given,
-    the engine image, the model's shapes (a MoE checkpoint's C(config.json), or the GGUF's identity), the parallelism
-    and the search - hashes it into the cache key, and says whether a valid stamp for that key is there. For llama.cpp
-    it also gives the llama-bench grid; for vLLM and SGLang the file the tuner must write and its batch sizes.
-  - O(state=present) validates the tuner's output in RV(dir) (llama.cpp - every grid point measured; vLLM and SGLang -
-    the shape's file with every expected batch size and a complete Triton config for each) and only then writes the
-    stamp, with the choice for llama.cpp (fastest threads, prompt threads, batch and ubatch). Anything missing fails
-    with E_AUTOTUNE, the problems and the end of the tuner container's log; no stamp is written.
+  - Validates the tuner's output in the folder of a plan from M(gpuserve.llm.autotune_plan) (llama.cpp - every grid
+    point measured; vLLM and SGLang - the shape's file with every expected batch size and a complete Triton config
+    for each) and only then writes the stamp, with the choice for llama.cpp (fastest threads, prompt threads, batch
+    and ubatch). Anything missing fails with E_AUTOTUNE, the problems and the end of the tuner container's log; no
+    stamp is written.
 author:
   - gpuserve.llm contributors (@gpuserve)
 extends_documentation_fragment:
@@ -28,93 +25,18 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: O(state=plan) only reads; O(state=present) says whether it would stamp.
+    details: Validates and says whether it would stamp; writes nothing.
   diff_mode:
     support: none
 options:
-  state:
-    description: C(plan) or C(present).
-    type: str
-    choices: [plan, present]
-    default: plan
-  engine:
-    description: The engine profile.
-    type: str
-    choices: [vllm, sglang, llamacpp]
-    required: true
-  base_dir:
-    description: The host's autotune cache; results live in base_dir/engine/key.
-    type: path
-    required: true
-  inputs:
-    description: What the result depends on, as the playbook knows it (GPU model, image, parallelism, search).
-    type: dict
-    default: {}
-  model_dir:
-    description: The model folder whose config.json gives the MoE shapes (vLLM, SGLang).
-    type: path
-  model_file:
-    description: The GGUF (llama.cpp), identified by size and the sha256 of its first 16 MiB.
-    type: path
-  gpu_name:
-    description: The GPU model as NVML names it (vLLM, SGLang).
-    type: str
-    default: ""
-  tp_size:
-    description: GPUs per engine (tensor parallelism).
-    type: int
-    default: 1
-  search:
-    description: C(full) or C(reduced) (vLLM, SGLang).
-    type: str
-    choices: [full, reduced]
-    default: full
-  threads:
-    description: llama-bench thread counts; empty = powers of two up to the usable CPUs, and their count.
-    type: list
-    elements: int
-    default: []
-  batch_sizes:
-    description: llama-bench batch sizes (-b).
-    type: list
-    elements: int
-    default: []
-  ubatch_sizes:
-    description: llama-bench ubatch sizes (-ub).
-    type: list
-    elements: int
-    default: []
-  n_prompt:
-    description: Prompt tokens of the prompt-processing runs.
-    type: int
-    default: 512
-  n_gen:
-    description: Tokens of the generation runs.
-    type: int
-    default: 64
-  checking:
-    description: The play runs in check mode (the model may not be made yet; the plan says so instead of failing).
-    type: bool
-    default: false
   plan:
-    description: The plan (O(state=plan)'s result) whose output O(state=present) validates.
+    description: The plan (M(gpuserve.llm.autotune_plan)'s result) whose output this validates.
     type: dict
+    required: true
   tuned_on:
     description: The host whose tuner made the files (this one, or the one they were copied from).
     type: str
     default: ""
-  container_model:
-    description: The model as the tuner container sees it (the GGUF, or the model folder).
-    type: str
-    default: ""
-  tuner:
-    description: SGLang's tuner script inside its image.
-    type: str
-    default: /sgl-workspace/sglang/benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py
-  repetitions:
-    description: llama-bench repetitions per grid point.
-    type: int
-    default: 3
   container:
     description: The tuner container, whose exit code counts and whose log end a failure shows.
     type: str
@@ -126,26 +48,23 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Plan
-  gpuserve.llm.autotune_stamp:
+- name: Plan the tune
+  gpuserve.llm.autotune_plan:
     engine: llamacpp
     base_dir: /var/lib/gpuserve/cache/autotune
     model_file: /var/lib/gpuserve/models/dummy/m/model.gguf
-    inputs: {image: "sha256:..."}
   register: plan
 
 - name: Stamp when the tuner's output validates
   gpuserve.llm.autotune_stamp:
-    state: present
-    engine: llamacpp
-    base_dir: /var/lib/gpuserve/cache/autotune
     plan: "{{ plan }}"
+    tuned_on: "{{ inventory_hostname }}"
     container: gpuserve-llm-autotune
 """
 
 RETURN = r"""
 key:
-  description: The cache key (a hash of the inputs).
+  description: The cache key (the plan's).
   returned: always
   type: str
 dir:
@@ -153,132 +72,44 @@ dir:
   returned: always
   type: str
 ready:
-  description: Whether a valid stamp for the key is there (after O(state=present), true).
+  description: True - the output validated and is stamped (in check mode, would be).
   returned: always
   type: bool
 inputs:
   description: Everything hashed into the key.
   returned: always
   type: dict
-grid:
-  description: The llama-bench grid (threads, batches, ubatches).
-  returned: O(engine=llamacpp)
-  type: dict
-moe:
-  description: The MoE shapes, the file name the tuner writes and the batch sizes it must hold.
-  returned: O(engine=vllm) or O(engine=sglang)
-  type: dict
-command:
-  description: The tuner's command line in the engine image (results into /autotune).
-  returned: O(state=plan)
-  type: list
-  elements: str
 choice:
   description: For llama.cpp, the chosen threads, threads_batch, batch_size, ubatch_size and their tokens per second.
-  returned: when ready
+  returned: always
   type: dict
 stamp:
   description: The stamp (key, inputs, when, tuned on, files with their sha256, choice).
-  returned: when ready
+  returned: always
   type: dict
 """
 
-import hashlib
 import json
 import os
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import autotune, docker_api
+from ansible_collections.gpuserve.llm.plugins.module_utils.atomic_file import write_json
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
 from ansible_collections.gpuserve.llm.plugins.module_utils.dummy_gguf import digest as sha256
-from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
 
 
-def fail(module, subject, message, **extra):
-    f = finding("E_AUTOTUNE", subject, message, **extra)
-    module.fail_json(msg="E_AUTOTUNE: %s" % message, finding=f)
-
-
-def processor():
-    model = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except (IOError, OSError):
-        pass
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = os.cpu_count() or 1
-    return model, cpus
-
-
-def file_identity(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        h.update(f.read(16 << 20))
-    return "%d:%s" % (os.path.getsize(path), h.hexdigest())
-
-
-def plan(module, p):
-    inputs = dict(p["inputs"], engine=p["engine"])
-    out = {}
-    model = p["model_file"] if p["engine"] == "llamacpp" else p["model_dir"]
-    if p["checking"] and not os.path.exists(model):
-        # A check run on a fresh host: the weights stage would make the model first.
-        return dict(key="pending", dir="", ready=False, inputs=inputs, engine=p["engine"], pending=True,
-                    command=[])
-    try:
-        if p["engine"] == "llamacpp":
-            model, cpus = processor()
-            grid = autotune.llamacpp_grid(cpus, p["threads"], p["batch_sizes"], p["ubatch_sizes"])
-            inputs.update(cpu=model, cpus=cpus, model=file_identity(p["model_file"]), grid=grid,
-                          n_prompt=p["n_prompt"], n_gen=p["n_gen"])
-            out["grid"] = grid
-            out["command"] = autotune.llamacpp_command(p["container_model"], grid, p["n_prompt"], p["n_gen"],
-                                                       p["repetitions"], "/autotune")
-        else:
-            with open(os.path.join(p["model_dir"], "config.json")) as f:
-                shapes = autotune.moe_shapes(json.load(f), p["tp_size"])
-            moe = dict(shapes, file=autotune.moe_file_name(shapes, p["gpu_name"]),
-                       batch_sizes=autotune.batch_sizes(p["search"]))
-            inputs.update(gpu=p["gpu_name"], tp_size=p["tp_size"], search=p["search"], shapes=shapes)
-            out["moe"] = moe
-            if p["engine"] == "vllm":
-                out["command"] = autotune.vllm_command(p["container_model"], p["tp_size"], shapes, p["search"],
-                                                       "/autotune")
-            else:
-                out["command"] = autotune.sglang_command(p["container_model"], p["tp_size"], shapes, p["search"],
-                                                         "/autotune", p["tuner"])
-    except (IOError, OSError, ValueError, KeyError, TypeError) as e:
-        fail(module, p["model_dir"] or p["model_file"] or p["engine"], "cannot plan the tune: %s" % e)
-    key = autotune.key(inputs)
-    folder = os.path.join(p["base_dir"], p["engine"], key)
-    stamp = autotune.read_stamp(folder)
-    ready = bool(stamp) and stamp.get("key") == key and all(
-        os.path.isfile(os.path.join(folder, name)) and sha256(os.path.join(folder, name)) == digest
-        for name, digest in stamp.get("files", {}).items())
-    out.update(key=key, dir=folder, ready=ready, inputs=inputs, engine=p["engine"])
-    if ready:
-        out.update(stamp=stamp, choice=stamp.get("choice", {}))
-    return out
-
-
-def log_tail(p, lines=15):
+def tuner_log_end(p, lines=15):
+    """The tuner container's exit and last log lines, for the failure's message."""
     if not p["container"]:
         return ""
     try:
-        info = docker_api.inspect(p["docker_host"], p["container"])
+        info, tail = docker_api.log_tail(p["docker_host"], p["container"], lines, blank_lines=False)
         if info is None:
             return " (the tuner container %s is gone)" % p["container"]
         state = info.get("State", {})
-        text = docker_api.logs(p["docker_host"], p["container"], info.get("Config", {}).get("Tty", False))
-        tail = [line for line in text.splitlines() if line.strip()][-lines:]
         return " (the tuner container %s exited %s%s); its log ends:\n%s" % (
             p["container"], state.get("ExitCode"), ", killed" if state.get("OOMKilled") or state.get("ExitCode") == 137
             else "", "\n".join(tail) or "(empty)")
@@ -299,15 +130,15 @@ def exit_problem(p):
     return ["the tuner exited %s" % state.get("ExitCode")] if state.get("ExitCode") else []
 
 
-def present(module, p):
+def stamp(module, p):
     the_plan = p["plan"]
-    folder = the_plan["dir"]
+    engine, folder = the_plan["engine"], the_plan["dir"]
     files, choice = {}, {}
     try:
         problems = exit_problem(p)
     except (IOError, OSError, ValueError) as e:
         problems = ["the tuner container could not be inspected: %s" % e]
-    if p["engine"] == "llamacpp":
+    if engine == "llamacpp":
         grid = the_plan["grid"]
         records = {}
         for name in ("tg.json", "pp.json"):
@@ -327,58 +158,28 @@ def present(module, p):
         if path:
             files[os.path.relpath(path, folder)] = sha256(path)
     if problems:
-        fail(module, folder, "the %s tune is incomplete, nothing is marked ready: %s%s"
-             % (p["engine"], "; ".join(problems), log_tail(p)), problems=problems)
-    stamp = {"key": the_plan["key"], "inputs": the_plan["inputs"], "files": files, "choice": choice,
-             "tuned_on": p["tuned_on"], "completed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        fail(module, "E_AUTOTUNE", folder, "the %s tune is incomplete, nothing is marked ready: %s%s"
+             % (engine, "; ".join(problems), tuner_log_end(p)), details=dict(problems=problems))
+    new = {"key": the_plan["key"], "inputs": the_plan["inputs"], "files": files, "choice": choice,
+           "tuned_on": p["tuned_on"], "completed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     old = autotune.read_stamp(folder) or {}
-    changed = any(old.get(k) != stamp[k] for k in ("key", "files", "choice", "tuned_on"))
+    changed = any(old.get(k) != new[k] for k in ("key", "files", "choice", "tuned_on"))
     if changed and not module.check_mode:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".stamp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(stamp, f, indent=1)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, os.path.join(folder, autotune.STAMP))
-    return dict(the_plan, ready=True, stamp=stamp, choice=choice, changed=changed)
+        write_json(os.path.join(folder, autotune.STAMP), new, indent=1)
+    return dict(the_plan, ready=True, stamp=new, choice=choice, changed=changed)
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", default="plan", choices=["plan", "present"]),
-            engine=dict(type="str", required=True, choices=["vllm", "sglang", "llamacpp"]),
-            base_dir=dict(type="path", required=True),
-            inputs=dict(type="dict", default={}),
-            model_dir=dict(type="path"),
-            model_file=dict(type="path"),
-            gpu_name=dict(type="str", default=""),
-            tp_size=dict(type="int", default=1),
-            search=dict(type="str", default="full", choices=["full", "reduced"]),
-            threads=dict(type="list", elements="int", default=[]),
-            batch_sizes=dict(type="list", elements="int", default=[]),
-            ubatch_sizes=dict(type="list", elements="int", default=[]),
-            n_prompt=dict(type="int", default=512),
-            n_gen=dict(type="int", default=64),
-            checking=dict(type="bool", default=False),
-            plan=dict(type="dict"),
+            plan=dict(type="dict", required=True),
             tuned_on=dict(type="str", default=""),
-            container_model=dict(type="str", default=""),
-            tuner=dict(type="str", default="/sgl-workspace/sglang/benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py"),
-            repetitions=dict(type="int", default=3),
             container=dict(type="str", default=""),
             docker_host=dict(type="str", default="unix:///var/run/docker.sock"),
         ),
-        required_if=[("state", "present", ["plan"])],
         supports_check_mode=True,
     )
-    p = module.params
-    if p["state"] == "plan":
-        if p["engine"] == "llamacpp" and not p["model_file"]:
-            fail(module, "llamacpp", "llama.cpp tuning needs the GGUF (model_file)")
-        if p["engine"] != "llamacpp" and not p["model_dir"]:
-            fail(module, p["engine"], "MoE tuning needs the model folder (model_dir)")
-        module.exit_json(changed=False, **plan(module, p))
-    module.exit_json(**present(module, p))
+    module.exit_json(**stamp(module, module.params))
 
 
 if __name__ == "__main__":

@@ -94,7 +94,11 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
+from ansible_collections.gpuserve.llm.plugins.module_utils.atomic_file import replacing
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import CODES, fail
+
+# The failed task shows msg alone: it carries the fix.
+SHOWN_FIX = ". Fix: " + CODES["E_IMAGE"][2]
 
 
 def installed_version(root, package):
@@ -104,12 +108,6 @@ def installed_version(root, package):
             if fields.get("Package") == package and "installed" in fields.get("Status", ""):
                 return fields["Version"]
     return None
-
-
-def fail(module, subject, message, **extra):
-    """Fail with the E_IMAGE finding: the message names the thing and says what to do."""
-    f = finding("E_IMAGE", subject, message)
-    module.fail_json(msg="E_IMAGE: %s. Fix: %s" % (message, f["fix"]), finding=f, **extra)
 
 
 def docker_tag(version):
@@ -146,18 +144,21 @@ def main():
         argv = [debootstrap, "--variant=minbase", "--include=%s" % ",".join(p["packages"]), p["suite"], work, p["mirror"]]
         rc, out, err = module.run_command(argv)
         if rc != 0:
-            fail(module, "debootstrap %s" % p["suite"], "debootstrap %s from %s failed (rc %d): %s" % (
-                p["suite"], p["mirror"], rc, "\n".join((err or out).strip().splitlines()[-10:])), command=argv, rc=rc)
+            fail(module, "E_IMAGE", "debootstrap %s" % p["suite"], "debootstrap %s from %s failed (rc %d): %s" % (
+                p["suite"], p["mirror"], rc, "\n".join((err or out).strip().splitlines()[-10:])), shown=SHOWN_FIX,
+                command=argv, rc=rc)
         version = installed_version(work, p["version_of"])
         if not version:
-            fail(module, p["version_of"], "%s is not installed in the %s root" % (p["version_of"], p["suite"]))
+            fail(module, "E_IMAGE", p["version_of"], "%s is not installed in the %s root"
+                 % (p["version_of"], p["suite"]), shown=SHOWN_FIX)
         for junk in glob.glob(os.path.join(work, "var", "cache", "apt", "archives", "*.deb")):
             os.remove(junk)
         tarball = os.path.join(p["cache_dir"], "%s-%s.tar" % (p["name"], version))
-        rc, out, err = module.run_command(["tar", "-C", work, "-cf", tarball + ".part", "."])
-        if rc != 0:
-            fail(module, tarball, "packing the root into %s failed: %s" % (tarball, err))
-        os.rename(tarball + ".part", tarball)
+        with replacing(tarball) as tmp:
+            rc, out, err = module.run_command(["tar", "-C", work, "-cf", tmp, "."])
+            if rc != 0:
+                fail(module, "E_IMAGE", tarball, "packing the root into %s failed: %s" % (tarball, err),
+                     shown=SHOWN_FIX)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     module.exit_json(changed=True, tarball=tarball, version=version, tag=docker_tag(version))

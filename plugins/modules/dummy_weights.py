@@ -118,11 +118,11 @@ finding:
 import hashlib
 import json
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_gguf, dummy_hf
-from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
+from ansible_collections.gpuserve.llm.plugins.module_utils.atomic_file import read_json, replacing, write_bytes
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
 
 STAMP = "gpuserve-dummy.json"
 GGUF_FILE = "model.gguf"
@@ -132,14 +132,6 @@ GENERATOR = 1
 
 def sha256_text(text):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def read_stamp(path):
-    try:
-        with open(os.path.join(path, STAMP)) as f:
-            return json.load(f)
-    except (IOError, OSError, ValueError):
-        return None
 
 
 def current(path, stamp, inputs):
@@ -153,33 +145,17 @@ def current(path, stamp, inputs):
     return True
 
 
-def write_atomic(path, name, data):
-    fd, tmp = tempfile.mkstemp(dir=path, prefix=".%s." % name)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, 0o644)
-    os.rename(tmp, os.path.join(path, name))
-
-
 def make_gguf(module, path, p):
     try:
         import gguf  # noqa: F401  pylint: disable=unused-import
         import numpy  # noqa: F401  pylint: disable=unused-import
     except ImportError as e:
-        f = finding("E_VENV", path, "the gguf format needs the gguf and numpy packages in the host's virtualenv "
-                    "(%s); they are in requirements-host.txt" % e)
-        module.fail_json(msg="E_VENV: %s" % f["message"], finding=f)
-    fd, tmp = tempfile.mkstemp(dir=path, prefix=".model.", suffix=".gguf")
-    os.close(fd)
-    try:
+        fail(module, "E_VENV", path, "the gguf format needs the gguf and numpy packages in the host's virtualenv "
+             "(%s); they are in requirements-host.txt" % e)
+    with replacing(os.path.join(path, GGUF_FILE), suffix=".gguf") as tmp:
         model = dummy_gguf.write(tmp, seed=p["seed"], layers=p["layers"] or 2, context=p["context"],
                                  chat_template=p["chat_template"], name=p["name"])
         digest = dummy_gguf.digest(tmp)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, os.path.join(path, GGUF_FILE))
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return model, {GGUF_FILE: digest}
 
 
@@ -212,12 +188,11 @@ def main():
             texts = dummy_hf.folder_files(p["chat_template"], p["preset"], p["layers"] or None, p["config"])
             model = dummy_hf.describe(json.loads(texts["config.json"]))
         except ValueError as e:
-            f = finding("E_CONFIG", path, "the dummy model's config: %s" % e)
-            module.fail_json(msg="E_CONFIG: %s" % f["message"], finding=f)
+            fail(module, "E_CONFIG", path, "the dummy model's config: %s" % e)
         inputs.update(files=dict((n, sha256_text(t)) for n, t in texts.items()))
     model["dummy"] = True
 
-    stamp = read_stamp(path)
+    stamp = read_json(os.path.join(path, STAMP))
     result = dict(changed=False, path=path, model=model, dummy=True)
     if p["format"] == "gguf":
         result["model_file"] = os.path.join(path, GGUF_FILE)
@@ -237,14 +212,13 @@ def main():
             model.update(model_info)
         else:
             for name, text in sorted(texts.items()):
-                write_atomic(path, name, text.encode("utf-8"))
+                write_bytes(os.path.join(path, name), text.encode("utf-8"))
             files = dict((n, sha256_text(t)) for n, t in texts.items())
         stamp_doc = {"inputs": inputs, "files": files, "dummy": True, "model": model}
-        write_atomic(path, STAMP, (json.dumps(stamp_doc, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+        write_bytes(os.path.join(path, STAMP), (json.dumps(stamp_doc, indent=2, sort_keys=True) + "\n").encode("utf-8"))
     except (IOError, OSError) as e:
         code = "E_DISK" if getattr(e, "errno", None) == 28 else "E_WEIGHTS"
-        f = finding(code, path, "cannot write the dummy model: %s" % e)
-        module.fail_json(msg="%s: %s" % (code, f["message"]), finding=f)
+        fail(module, code, path, "cannot write the dummy model: %s" % e)
     result["files"] = files
     module.exit_json(**result)
 

@@ -116,52 +116,29 @@ log_lines:
 """
 
 import json
-import socket
 import time
 
-from urllib.error import HTTPError, URLError
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
 from ansible_collections.gpuserve.llm.plugins.module_utils import docker_api, engines
-from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
+from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
 
 
-def call(url, api_key="", body=None, timeout=10):
-    """(status, text) of a GET (or a POST of JSON `body`); (None, error) when nothing answered."""
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = "Bearer " + api_key
-    data = json.dumps(body) if body is not None else None
+def fail_with_log(module, code, message):
+    """Fail with the finding and the engine log's last lines, in the message and beside it."""
+    p = module.params
     try:
-        response = open_url(url, data=data, headers=headers, method="POST" if body is not None else "GET",
-                            timeout=timeout, use_proxy=False)
-        return response.getcode(), response.read().decode("utf-8", "replace")
-    except HTTPError as e:
-        return e.code, e.read().decode("utf-8", "replace")
-    except (URLError, socket.error, OSError) as e:
-        return None, str(getattr(e, "reason", e))
-
-
-def log_tail(p):
-    try:
-        info = docker_api.inspect(p["docker_host"], p["container"])
+        info, lines = docker_api.log_tail(p["docker_host"], p["container"], p["log_lines"])
         if info is None:
-            return ["(no container %s)" % p["container"]]
-        return docker_api.logs(p["docker_host"], p["container"], info.get("Config", {}).get("Tty", False)).splitlines()[-p["log_lines"]:]
+            lines = ["(no container %s)" % p["container"]]
     except (IOError, OSError, ValueError) as e:
-        return ["(the log could not be read: %s)" % e]
+        lines = ["(the log could not be read: %s)" % e]
+    fail(module, code, p["container"], message, details=dict(log_lines=lines),
+         shown="\nThe engine log's last lines:\n%s" % "\n".join(lines), log_lines=lines)
 
 
-def fail(module, code, message):
-    lines = log_tail(module.params)
-    f = finding(code, module.params["container"], message, log_lines=lines)
-    module.fail_json(msg="%s: %s\nThe engine log's last lines:\n%s" % (code, message, "\n".join(lines)),
-                     finding=f, log_lines=lines)
-
-
-def pool(p, profile):
-    status, text = call(p["url"] + profile["pool"]["path"], p["api_key"])
+def pool(engine, profile):
+    status, text = engine.call(profile["pool"]["path"])
     return engines.pool_figures(profile["pool"]["parser"], text) if status == 200 else None
 
 
@@ -186,11 +163,11 @@ def main():
     p = module.params
     profile = engines.PROFILES[p["engine"]]
     url = p["url"].rstrip("/")
-    p["url"] = url
+    engine = Client(url, p["api_key"], timeout=10)
     start = time.time()
     last = "no answer yet"
     while True:
-        status, text = call(url + profile["health"]["path"], p["api_key"], timeout=5)
+        status, text = engine.call(profile["health"]["path"], timeout=5)
         if status == profile["health"]["status"]:
             break
         last = "HTTP %s: %s" % (status, text[:200]) if status else text
@@ -200,23 +177,24 @@ def main():
             info = {"State": {"Running": True}}  # the daemon did not answer: keep waiting on the engine
             last = "%s (the Docker daemon: %s)" % (last, e)
         if info is not None and (info.get("RestartCount") or info.get("State", {}).get("Restarting")):
-            fail(module, "E_HEALTH", "the engine container %s exited and was restarted (%d restarts) before it was "
-                 "healthy (last exit code %s)" % (p["container"], info.get("RestartCount") or 0,
-                                                  info.get("State", {}).get("ExitCode", "?")))
+            fail_with_log(module, "E_HEALTH", "the engine container %s exited and was restarted (%d restarts) before "
+                          "it was healthy (last exit code %s)" % (p["container"], info.get("RestartCount") or 0,
+                                                                  info.get("State", {}).get("ExitCode", "?")))
         if info is None or not info.get("State", {}).get("Running"):
             state = (info or {}).get("State", {})
-            fail(module, "E_HEALTH", "the engine container %s stopped before it was healthy (exit code %s%s%s)" % (
-                p["container"], state.get("ExitCode", "?"), ", out of memory" if state.get("OOMKilled") else "",
-                ": %s" % state["Error"] if state.get("Error") else ""))
+            fail_with_log(module, "E_HEALTH", "the engine container %s stopped before it was healthy (exit code %s%s%s)"
+                          % (p["container"], state.get("ExitCode", "?"),
+                             ", out of memory" if state.get("OOMKilled") else "",
+                             ": %s" % state["Error"] if state.get("Error") else ""))
         if time.time() - start > p["timeout"]:
-            fail(module, "E_HEALTH", "%s%s did not answer %d within %d s (last: %s)" % (
+            fail_with_log(module, "E_HEALTH", "%s%s did not answer %d within %d s (last: %s)" % (
                 url, profile["health"]["path"], profile["health"]["status"], p["timeout"], last))
         time.sleep(p["interval"])
     healthy_after = round(time.time() - start, 1)
 
     body = {"model": p["model"], "messages": [{"role": "user", "content": p["prompt"]}],
             "max_tokens": p["max_tokens"], "temperature": 0}
-    status, text = call(url + "/v1/chat/completions", p["api_key"], body, timeout=p["smoke_timeout"])
+    status, text = engine.call("/v1/chat/completions", body, timeout=p["smoke_timeout"])
     reply = None
     if status == 200:
         try:
@@ -228,9 +206,9 @@ def main():
         except (ValueError, KeyError, IndexError, TypeError):
             reply = None
     if reply is None:
-        fail(module, "E_SMOKE", "the smoke request (POST %s/v1/chat/completions, model %s) got %s: %s" % (
-            url, p["model"], "HTTP %s" % status if status else "no answer", (text or "")[:500]))
-    module.exit_json(changed=False, healthy_after_s=healthy_after, reply=reply, pool=pool(p, profile))
+        fail_with_log(module, "E_SMOKE", "the smoke request (POST %s/v1/chat/completions, model %s) got %s: %s"
+                      % (url, p["model"], "HTTP %s" % status if status else "no answer", (text or "")[:500]))
+    module.exit_json(changed=False, healthy_after_s=healthy_after, reply=reply, pool=pool(engine, profile))
 
 
 if __name__ == "__main__":

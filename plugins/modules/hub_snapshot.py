@@ -180,29 +180,27 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.llm.plugins.module_utils import hub
-from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
-
-
-def fail(module, code, subject, message, **extra):
-    f = finding(code, subject, message, **extra)
-    module.fail_json(msg="%s: %s" % (code, message), finding=f)
+from ansible_collections.gpuserve.llm.plugins.module_utils import hub_cache, hub_fetch, hub_verify
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
+from ansible_collections.gpuserve.llm.plugins.module_utils.hub_manifest import (
+    DEFAULT_ENDPOINT, HubError, gguf_model, scrub)
+from ansible_collections.gpuserve.llm.plugins.module_utils.progress import Progress, human
 
 
 def read_manifest(module, p):
     if p["manifest"]:
         return p["manifest"], "given"
     try:
-        return (hub.manifest_from_hub(p["repo_id"], p["revision"], p["endpoint"], p["token"],
-                                      p["allow_patterns"], p["ignore_patterns"]),
-                p["endpoint"] or hub.DEFAULT_ENDPOINT)
+        return (hub_fetch.manifest_from_hub(p["repo_id"], p["revision"], p["endpoint"], p["token"],
+                                            p["allow_patterns"], p["ignore_patterns"]),
+                p["endpoint"] or DEFAULT_ENDPOINT)
     except ImportError as e:
         fail(module, "E_VENV", p["repo_id"], "huggingface_hub is missing from the host's virtualenv (%s); "
              "it is in requirements-host.txt" % e)
-    except hub.HubError as e:
+    except HubError as e:
         if e.code == "E_DOWNLOAD":
-            stamped = hub.stamped_manifest(p["cache_dir"], p["repo_id"], p["revision"], p["allow_patterns"],
-                                           p["ignore_patterns"])
+            stamped = hub_cache.stamped_manifest(p["cache_dir"], p["repo_id"], p["revision"], p["allow_patterns"],
+                                                 p["ignore_patterns"])
             if stamped is not None:
                 module.warn("the hub could not be reached (%s); using the file list this host verified before" % e)
                 return stamped, "stamp"
@@ -238,72 +236,72 @@ def main():
     manifest, manifest_from = read_manifest(module, p)
     repo, commit = manifest["repo_id"], manifest["commit"]
     subject = "%s@%s" % (repo, commit[:12])
-    lacking = hub.missing(cache, manifest)
+    lacking = hub_cache.missing(cache, manifest)
     due = sum(f["size"] for f in lacking)
-    free = hub.free_bytes(cache)
+    free = hub_cache.free_bytes(cache)
     result = dict(changed=False, manifest=manifest, manifest_from=manifest_from, commit=commit,
-                  path=hub.snapshot_dir(cache, repo, commit), bytes_total=manifest["bytes"], bytes_missing=due,
+                  path=hub_cache.snapshot_dir(cache, repo, commit), bytes_total=manifest["bytes"], bytes_missing=due,
                   files_missing=len(lacking), free_bytes=free)
     if p["format"] == "gguf":
         try:
-            result["model_file"] = os.path.join(result["path"], hub.gguf_model(manifest))
-        except hub.HubError as e:
+            result["model_file"] = os.path.join(result["path"], gguf_model(manifest))
+        except HubError as e:
             fail(module, e.code, subject, e.message)
     if p["state"] == "manifest":
         module.exit_json(**result)
 
     if due and due + p["reserve_bytes"] > free:
-        fail(module, "E_DISK", hub.mount_point(cache),
+        fail(module, "E_DISK", hub_cache.mount_point(cache),
              "%s needs %s more in %s, the filesystem %s has %s free (%s kept in reserve)"
-             % (subject, hub.human(due), cache, hub.mount_point(cache), hub.human(free), hub.human(p["reserve_bytes"])),
-             needed_bytes=due, free_bytes=free)
-    result["changed"] = bool(lacking) or hub.links_needed(cache, manifest)
+             % (subject, human(due), cache, hub_cache.mount_point(cache), human(free), human(p["reserve_bytes"])),
+             details=dict(needed_bytes=due, free_bytes=free))
+    result["changed"] = bool(lacking) or hub_cache.links_needed(cache, manifest)
     if module.check_mode:
         module.exit_json(**result)
 
     try:
         if not os.path.isdir(cache):
             os.makedirs(cache, 0o755)
-        with hub.Progress(p["progress_file"]) as progress:
-            hub.clean_stale(cache, repo)
+        with Progress(p["progress_file"]) as progress:
+            hub_cache.clean_stale(cache, repo)
             if lacking:
-                source = {"hub": "from %s" % (p["endpoint"] or hub.DEFAULT_ENDPOINT), "folder": "from " + p["source_path"],
+                source = {"hub": "from %s" % (p["endpoint"] or DEFAULT_ENDPOINT), "folder": "from " + p["source_path"],
                           "rsync": "from " + p["source_path"]}[p["source"]]
                 progress.phase("fetching %s %s" % (repo, source), due,
-                               lambda: hub.bytes_on_disk(cache, manifest, lacking))
+                               lambda: hub_cache.bytes_on_disk(cache, manifest, lacking))
                 if p["source"] == "hub":
-                    hub.fetch_hub(cache, manifest, p["token"], p["endpoint"], p["workers"])
+                    hub_fetch.fetch_hub(cache, manifest, p["token"], p["endpoint"], p["workers"])
                 elif p["source"] == "folder":
-                    hub.fetch_folder(cache, manifest, p["source_path"], lacking)
+                    hub_fetch.fetch_folder(cache, manifest, p["source_path"], lacking)
                 else:
                     if module.get_bin_path("rsync") is None:
-                        raise hub.HubError("E_DOWNLOAD", "rsync is not installed on the host: install it (the "
-                                                         "package rsync) to copy from " + p["source_path"])
-                    hub.fetch_rsync(cache, manifest, p["source_path"], p["rsync_password"], lacking,
-                                    module.run_command, bwlimit_kib=p["rsync_bwlimit_kib"])
-            hub.link_snapshot(cache, manifest)
-            still = hub.missing(cache, manifest)
+                        raise HubError("E_DOWNLOAD", "rsync is not installed on the host: install it (the "
+                                                     "package rsync) to copy from " + p["source_path"])
+                    hub_fetch.fetch_rsync(cache, manifest, p["source_path"], p["rsync_password"], lacking,
+                                          module.run_command, bwlimit_kib=p["rsync_bwlimit_kib"])
+            hub_cache.link_snapshot(cache, manifest)
+            still = hub_cache.missing(cache, manifest)
             if still:
-                raise hub.HubError("E_DOWNLOAD", "%s: %d file(s) still missing after the transfer: %s" % (
+                raise HubError("E_DOWNLOAD", "%s: %d file(s) still missing after the transfer: %s" % (
                     subject, len(still), ", ".join(f["path"] for f in still[:5])))
             progress.phase("verifying " + repo, manifest["bytes"])
-            hashed, hashed_bytes, bad = hub.verify(cache, manifest, progress, p["workers"])
+            hashed, hashed_bytes, bad = hub_verify.verify(cache, manifest, progress, p["workers"])
     except ImportError as e:
         fail(module, "E_VENV", repo, "huggingface_hub is missing from the host's virtualenv (%s)" % e)
-    except hub.HubError as e:
-        fail(module, e.code, subject, hub.scrub(e.message, [p["token"], p["rsync_password"]]))
+    except HubError as e:
+        fail(module, e.code, subject, scrub(e.message, [p["token"], p["rsync_password"]]))
     except (IOError, OSError) as e:
         fail(module, "E_DOWNLOAD", subject, "writing the cache %s: %s" % (cache, e))
     result.update(hashed_files=hashed, hashed_bytes=hashed_bytes)
     if bad:
-        hub.remove_bad(cache, manifest, bad)
+        hub_cache.remove_bad(cache, manifest, bad)
         fail(module, "E_CHECKSUM", bad[0]["path"],
              "%s: %s; the file%s removed from the cache, the next run fetches %s again (check the source if it repeats)"
              % (subject, "; ".join("%s has %s %s, the manifest says %s (%d of %d bytes)"
                                    % (b["path"], b["kind"], b["found"][:16], b["expected"][:16], b["size"],
                                       b["expected_size"]) for b in bad),
                 " was" if len(bad) == 1 else "s were", "it" if len(bad) == 1 else "them"),
-             files=[b["path"] for b in bad])
+             details=dict(files=[b["path"] for b in bad]))
     module.exit_json(**result)
 
 

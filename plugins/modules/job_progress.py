@@ -86,24 +86,16 @@ finding:
   type: dict
 """
 
-import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import docker_api
-from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
-from ansible_collections.gpuserve.llm.plugins.module_utils.hub import progress_line
+from ansible_collections.gpuserve.llm.plugins.module_utils.atomic_file import read_json
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
+from ansible_collections.gpuserve.llm.plugins.module_utils.progress import progress_line
 
 LOOK_EVERY = 0.5  # seconds between looks while waiting
-
-
-def read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (IOError, OSError, ValueError):
-        return None  # not written yet, or being replaced
 
 
 def async_job(results_file):
@@ -144,7 +136,7 @@ def main():
             finished, job = look()
     except (IOError, OSError) as e:  # only a container is asked over the network
         why = "the Docker daemon at %s did not say how container %s is: %s" % (p["docker_host"], p["container"], e)
-        module.fail_json(msg="E_DOCKER: " + why, finding=finding("E_DOCKER", p["docker_host"], why))
+        fail(module, "E_DOCKER", p["docker_host"], why)
     progress = (read_json(p["progress_file"]) if p["progress_file"] else None) or {}
     result = dict(changed=False, finished=finished, progress=progress,
                   line="done" if finished else progress_line(progress))

@@ -64,10 +64,10 @@ wheels:
 
 import os
 import tarfile
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
+from ansible_collections.gpuserve.llm.plugins.module_utils.atomic_file import replacing
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
 
 
 def wheels(src):
@@ -75,27 +75,16 @@ def wheels(src):
 
 
 def pack(src, dest, names):
-    """Write to a temporary file beside dest, then rename: a concurrent run never sees half a tar."""
-    folder = os.path.dirname(dest)
-    if not os.path.isdir(folder):
-        os.makedirs(folder, 0o755)
-    fd, tmp = tempfile.mkstemp(prefix=".wheelhouse-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            with tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                for name in names:
-                    info = tar.gettarinfo(os.path.join(src, name), arcname=name)
-                    info.uid = info.gid = 0
-                    info.uname = info.gname = ""
-                    info.mode = 0o644
-                    with open(os.path.join(src, name), "rb") as data:
-                        tar.addfile(info, data)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, dest)
-    except Exception:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Written whole or not at all: a concurrent run never sees half a tar."""
+    with replacing(dest) as tmp:
+        with tarfile.open(tmp, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for name in names:
+                info = tar.gettarinfo(os.path.join(src, name), arcname=name)
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                info.mode = 0o644
+                with open(os.path.join(src, name), "rb") as data:
+                    tar.addfile(info, data)
 
 
 def main():
@@ -104,21 +93,18 @@ def main():
         supports_check_mode=True,
     )
     src, dest = module.params["src"], module.params["dest"]
-
-    def fail(why):
-        module.fail_json(msg="E_VENV: %s" % why, finding=finding("E_VENV", src, why))
     if not os.path.isdir(src):
-        fail("the wheelhouse %s is not a folder on the workstation" % src)
+        fail(module, "E_VENV", src, "the wheelhouse %s is not a folder on the workstation" % src)
     names = wheels(src)
     if not names:
-        fail("the wheelhouse %s holds no wheels" % src)
+        fail(module, "E_VENV", src, "the wheelhouse %s holds no wheels" % src)
     if os.path.isfile(dest):
         module.exit_json(changed=False, path=dest, wheels=len(names))
     if not module.check_mode:
         try:
             pack(src, dest, names)
         except (IOError, OSError, tarfile.TarError) as e:
-            fail("cannot pack the wheelhouse into %s on the workstation: %s" % (dest, e))
+            fail(module, "E_VENV", src, "cannot pack the wheelhouse into %s on the workstation: %s" % (dest, e))
     module.exit_json(changed=True, path=dest, wheels=len(names))
 
 

@@ -132,10 +132,39 @@ def _device(handle):
     return _scenario()["devices"][handle.index]
 
 
+_ERROR_CLASSES = {
+    NVML_ERROR_UNINITIALIZED: NVMLError_Uninitialized,
+    NVML_ERROR_NOT_SUPPORTED: NVMLError_NotSupported,
+    NVML_ERROR_DRIVER_NOT_LOADED: NVMLError_DriverNotLoaded,
+    NVML_ERROR_LIBRARY_NOT_FOUND: NVMLError_LibraryNotFound,
+}
+
+
+def _failed(answer):
+    """Whether a recorded answer is a failure: the probe's {"nvml_error": text, "code": N} or {"error": text}."""
+    return isinstance(answer, dict) and ("nvml_error" in answer or "error" in answer)
+
+
+def _raise(answer):
+    """Raise what a recorded failure says. The probe's {"nvml_error": text, "code": N} is NVML's error N
+    (as nvidia-ml-py raises it: its subclass for a known code); {"error": "ArgumentError..."} is the
+    binding's ctypes error; any other {"error": text} is NVML's Unknown Error with that text."""
+    if "nvml_error" in answer:
+        code = answer.get("code", NVML_ERROR_UNKNOWN)
+        if code in _ERROR_CLASSES:
+            raise _ERROR_CLASSES[code]()
+        raise NVMLError(code, answer["nvml_error"])
+    if answer["error"].startswith("ArgumentError"):
+        raise ctypes.ArgumentError(answer["error"])
+    raise NVMLError(NVML_ERROR_UNKNOWN, answer["error"])
+
+
 def _value(handle, key):
     dev = _device(handle)
-    if key not in dev or dev[key] is None or isinstance(dev[key], dict) and "nvml_error" in dev[key]:
+    if key not in dev or dev[key] is None:
         raise NVMLError_NotSupported()
+    if _failed(dev[key]):
+        _raise(dev[key])
     return dev[key]
 
 
@@ -291,13 +320,9 @@ def nvmlDeviceGetP2PStatus(device1, device2, p2pIndex):
     pair = _pair(device1, device2)
     for name in _CAP_NAMES.get(p2pIndex, ()):
         if name in pair:
-            value = pair[name]
-            if isinstance(value, dict):
-                error = value.get("error", "Unknown Error")
-                if error.startswith("ArgumentError"):
-                    raise ctypes.ArgumentError(error)
-                raise NVMLError(NVML_ERROR_UNKNOWN, error)
-            return value
+            if _failed(pair[name]):
+                _raise(pair[name])
+            return pair[name]
     raise NVMLError_NotSupported()
 
 

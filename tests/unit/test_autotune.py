@@ -162,3 +162,56 @@ def test_the_driver_runs_a_tuner_unchanged_or_with_the_reduced_search(tmp_path, 
                     "--", str(tuner), "--save-dir", str(tmp_path), "--batch-size", "1", "64"], check=True)
     out = json.loads((tmp_path / "out.json").read_text())
     assert out == {"searched": searched, "batch_sizes": [1, 64]}
+
+
+def module(tmp_path, name, check=False, **args):
+    """Run one of the stage's modules as Ansible does (its arguments in a file), in check mode or not."""
+    path = tmp_path / ("%s-args.json" % name)
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check)}))
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "plugins", "modules", name + ".py"), str(path)],
+                         stdout=subprocess.PIPE, text=True, check=False,
+                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections")))
+    return json.loads(out.stdout)
+
+
+def llamacpp_plan(tmp_path, check=False, model=True):
+    gguf = tmp_path / "model.gguf"
+    if model:
+        gguf.write_bytes(b"GGUF" + b"\0" * 64)
+    return module(tmp_path, "autotune_plan", check, engine="llamacpp", base_dir=str(tmp_path / "autotune"),
+                  model_file=str(gguf), threads=[1], batch_sizes=[64, 256], ubatch_sizes=[32, 64],
+                  n_prompt=64, n_gen=16, repetitions=2, container_model="/models/model.gguf")
+
+
+def test_a_check_run_before_the_model_exists_plans_pending_and_writes_nothing(tmp_path):
+    plan = llamacpp_plan(tmp_path, check=True, model=False)
+    assert plan["pending"] and not plan["ready"] and not plan["changed"] and plan["command"] == []
+    assert not (tmp_path / "autotune").exists()
+    failed = llamacpp_plan(tmp_path, check=False, model=False)  # outside check mode a missing model is an error
+    assert failed["failed"] and failed["finding"]["code"] == "E_AUTOTUNE"
+
+
+def test_the_stamp_comes_only_after_the_output_validates_and_never_under_check(tmp_path):
+    plan = llamacpp_plan(tmp_path)
+    assert not plan["ready"] and not plan["changed"] and plan["grid"]["threads"] == [1]
+    assert "llama-bench -m /models/model.gguf" in plan["command"][2]
+    assert llamacpp_plan(tmp_path, check=True)["key"] == plan["key"]  # check mode plans the same tune
+    os.makedirs(plan["dir"])
+    incomplete = module(tmp_path, "autotune_stamp", plan=plan, tuned_on="k0")
+    assert incomplete["failed"] and incomplete["finding"]["code"] == "E_AUTOTUNE"
+    assert "tg.json is missing" in incomplete["msg"] and os.listdir(plan["dir"]) == []
+    for name in ("tg", "pp"):
+        with open(os.path.join(plan["dir"], name + ".json"), "w") as f:
+            json.dump(bench(name), f)
+    would = module(tmp_path, "autotune_stamp", check=True, plan=plan, tuned_on="k0")
+    assert would["changed"] and would["ready"] and would["choice"]["tg_tokens_per_s"] > 0
+    assert not os.path.exists(os.path.join(plan["dir"], autotune.STAMP))
+    assert not llamacpp_plan(tmp_path)["ready"]
+    done = module(tmp_path, "autotune_stamp", plan=plan, tuned_on="k0")
+    assert done["changed"] and done["stamp"]["tuned_on"] == "k0" and done["choice"] == would["choice"]
+    assert sorted(os.listdir(plan["dir"])) == sorted(["tg.json", "pp.json", autotune.STAMP])  # no temporary file
+    again = llamacpp_plan(tmp_path)
+    assert again["ready"] and again["choice"] == done["choice"] and again["stamp"]["files"] == done["stamp"]["files"]
+    assert not module(tmp_path, "autotune_stamp", plan=plan, tuned_on="k0")["changed"]
+    os.unlink(os.path.join(plan["dir"], "pp.json"))  # a result file gone: the stamp no longer counts
+    assert not llamacpp_plan(tmp_path)["ready"]

@@ -12,6 +12,7 @@ from tokenizers import Tokenizer
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_gguf as g
 from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_hf as h
+from gguf_forward import forward_logits
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHATML = open(os.path.join(ROOT, "templates", "chat", "chatml-tools.jinja")).read()
@@ -48,7 +49,7 @@ def chat_prompt(shape, tools=False):
 def greedy(shape, weights, prompt, limit=40, allowed=None):
     out = []
     for _step in range(limit):
-        logits = g.forward_logits(shape, weights, prompt + out)
+        logits = forward_logits(shape, weights, prompt + out)
         if allowed is not None:
             logits = np.where(allowed, logits, -np.inf)
         nxt = int(np.argmax(logits))
@@ -76,11 +77,11 @@ def test_without_tools_the_reply_is_the_fixed_sentence_then_end_of_turn(model):
 
 def test_with_tools_in_the_prompt_the_first_reply_token_opens_a_tool_call(model):
     shape, weights = model
-    logits = g.forward_logits(shape, weights, chat_prompt(shape, tools=True))
+    logits = forward_logits(shape, weights, chat_prompt(shape, tools=True))
     assert shape["tokens"][int(np.argmax(logits))] == "<tool_call>"
     # then a newline: the Hermes form "<tool_call>\n{...}" the engine's parser expects
     prompt = chat_prompt(shape, tools=True) + [g.token_id(shape, "<tool_call>")]
-    assert int(np.argmax(g.forward_logits(shape, weights, prompt))) == g.token_id(shape, "\n")
+    assert int(np.argmax(forward_logits(shape, weights, prompt))) == g.token_id(shape, "\n")
 
 
 def test_the_tools_flag_does_not_depend_on_how_far_back_the_tools_were(model):
@@ -88,7 +89,7 @@ def test_the_tools_flag_does_not_depend_on_how_far_back_the_tools_were(model):
     filler = ids(shape, *([" the", " model"] * 600))
     prompt = chat_prompt(shape, tools=True)
     far = prompt[:13] + filler + prompt[13:]
-    assert shape["tokens"][int(np.argmax(g.forward_logits(shape, weights, far)))] == "<tool_call>"
+    assert shape["tokens"][int(np.argmax(forward_logits(shape, weights, far)))] == "<tool_call>"
 
 
 def _string_mask(shape):
@@ -112,18 +113,18 @@ def test_inside_a_json_string_the_closing_quote_wins_whatever_came_before(model,
     prompt = chat_prompt(shape, tools=True) + ids(shape, *context)
     if not context.endswith('"'):
         prompt += [g.token_id(shape, '"')]
-    logits = np.where(_string_mask(shape), g.forward_logits(shape, weights, prompt), -np.inf)
+    logits = np.where(_string_mask(shape), forward_logits(shape, weights, prompt), -np.inf)
     assert int(np.argmax(logits)) == g.token_id(shape, '"')
 
 
 def test_after_a_closing_brace_the_tool_call_closes_and_objects_close_before_they_chain(model):
     shape, weights = model
     prompt = chat_prompt(shape, tools=True) + ids(shape, "<tool_call>", "\n", '{"name":"get_weather","arguments":{}}')
-    logits = g.forward_logits(shape, weights, prompt)
+    logits = forward_logits(shape, weights, prompt)
     close, comma = g.token_id(shape, "</tool_call>"), g.token_id(shape, ",")
     assert logits[close] > logits[comma]
     # in a value's place, a JSON grammar's choices: '"' first, then '}' or ']' before ','
-    after_value = g.forward_logits(shape, weights, chat_prompt(shape) + ids(shape, '{"a":""'))
+    after_value = forward_logits(shape, weights, chat_prompt(shape) + ids(shape, '{"a":""'))
     assert after_value[g.token_id(shape, "}")] > after_value[comma] > max(
         after_value[g.token_id(shape, " ")], after_value[g.token_id(shape, "\n")])
     assert after_value[g.token_id(shape, "<|im_end|>")] > after_value[g.token_id(shape, '"')]

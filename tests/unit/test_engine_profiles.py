@@ -64,7 +64,9 @@ def test_the_api_key_goes_to_the_environment_never_to_argv(name):
     assert "sk-recipe-SECRET" not in out["display"]
     assert "<llm_api_key>" in out["display"]
     assert list(out["env"].values()) == ["sk-recipe-SECRET"]
-    assert list(out["env"]) == [engines.PROFILES[CASES[name][0]["llm_engine"]]["api_key_env"]]
+    # The variable each engine reads its key from (SGLang's through a shell: it takes --api-key only).
+    assert list(out["env"]) == [{"vllm": "VLLM_API_KEY", "sglang": "GPUSERVE_API_KEY",
+                                 "llamacpp": "LLAMA_API_KEY"}[CASES[name][0]["llm_engine"]]]
 
 
 def test_no_api_key_no_environment():

@@ -1,4 +1,11 @@
-"""What a user reads: finding lines, the fleet table, the peer-access grid."""
+"""What a user reads: finding lines, the fleet table, the peer-access grid, each filter's documentation."""
+import glob
+import importlib
+import json
+import os
+import subprocess
+import sys
+
 from ansible_collections.gpuserve.llm.plugins.filter.findings import (
     finding_lines, findings_table, make_finding, p2p_matrix)
 
@@ -48,3 +55,25 @@ def test_docker_findings():
     # A socket that refuses the user is the docker group's finding, not a daemon that is down.
     assert docker_findings({"msg": "Error while fetching server API version: ('Connection aborted.', "
                                    "PermissionError(13, 'Permission denied'))"}, sock, True) == []
+
+
+def test_every_filter_has_its_own_documentation_page():
+    """ansible-doc -t filter gpuserve.llm.<name> shows that filter's page, for every filter of every file."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    names = []
+    for path in sorted(glob.glob(os.path.join(root, "plugins", "filter", "*.py"))):
+        plugin = importlib.import_module("ansible_collections.gpuserve.llm.plugins.filter."
+                                         + os.path.basename(path)[:-3])
+        names += sorted(plugin.FilterModule().filters())
+    assert len(names) >= 10
+    ansible_doc = os.path.join(os.path.dirname(sys.executable), "ansible-doc")
+    out = subprocess.run([ansible_doc, "-t", "filter", "--json"] + ["gpuserve.llm." + n for n in names],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False,
+                         env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(root, ".collections")))
+    pages = json.loads(out.stdout or "{}")
+    for name in names:
+        page = pages.get("gpuserve.llm." + name)
+        assert page, "no page for %s: %s" % (name, out.stderr)
+        assert page["doc"]["name"] == name and page["doc"]["filename"].endswith("/%s.yml" % name)
+        assert page["doc"]["short_description"] and "_input" in page["doc"]["options"]
+        assert "gpuserve.llm.%s" % name in page["examples"] and "_value" in page["return"]

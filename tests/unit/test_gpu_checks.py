@@ -52,6 +52,7 @@ def codes(findings):
     ("e_nvml.json", [("E_NVML", "nvml")]),
     ("w_pcie_link.json", [("W_PCIE_LINK", "GPU 3")]),
     ("w_p2p_unknown.json", [("W_P2P_UNKNOWN", "GPU pair 0->3"), ("W_P2P_UNKNOWN", "GPU pair 0->3")]),
+    ("w_p2p_unknown_every_pair.json", [("W_P2P_UNKNOWN", "all 12 GPU pairs")]),
 ])
 def test_each_scenario_gives_exactly_its_codes(replay, scenario, expected):
     _facts, findings = run(replay, scenario)
@@ -78,9 +79,12 @@ def test_real_h200_reading_two_gpus_p2p_ok_both_ways(replay):
         assert pair["caps"]["write"] == "OK" and pair["caps"]["pci"] == "NOT_SUPPORTED"
         assert "ArgumentError" in pair["caps"]["read"]["error"]
         assert pair["topology"] == "HOSTBRIDGE"
-    # The READ query raised on that host: a warning naming the pair and capability, never E_P2P.
-    assert codes(findings) == [("W_P2P_UNKNOWN", "GPU pair 0->1"), ("W_P2P_UNKNOWN", "GPU pair 1->0")]
-    assert all(f["details"]["capability"] == "read" for f in findings)
+    # The READ query raised on every pair of that host: one warning naming the capability, never E_P2P.
+    assert codes(findings) == [("W_P2P_UNKNOWN", "all 2 GPU pairs")]
+    assert findings[0]["details"]["capability"] == "read" and findings[0]["details"]["pairs"] == ["0-1", "1-0"]
+    assert findings[0]["message"].startswith("NVML could not answer the read peer-access query on any of the 2 GPU "
+                                             "pairs (ArgumentError: ")
+    assert findings[0]["message"].endswith("; the write query answered OK on every pair")
     gpu0 = facts["gpus"][0]
     assert gpu0["memory_total_mib"] == 143771 and gpu0["power_limit_w"] == 700.0
     assert gpu0["compute_capability"] == "9.0" and gpu0["pcie_width_max"] is None
@@ -171,3 +175,16 @@ def test_cuda_version_forms():
     assert nvml_checks.cuda_version_int("12.8") == 12080
     assert nvml_checks.cuda_version_int("13") == 13000
     assert nvml_checks.cuda_version_text(12090) == "12.9"
+
+
+def test_a_query_no_pair_answers_is_one_warning_and_the_probes_not_supported_stays_not_supported(replay):
+    facts, findings = run(replay, "w_p2p_unknown_every_pair.json")
+    assert len(facts["p2p"]) == 12 and all(p["peer_access"] == "ok" for p in facts["p2p"])
+    assert all(p["caps"]["read"] == {"error": "NVMLError_NotSupported: Not Supported"} for p in facts["p2p"])
+    assert [f["message"] for f in findings] == [
+        "NVML could not answer the read peer-access query on any of the 12 GPU pairs "
+        "(NVMLError_NotSupported: Not Supported); the write query answered OK on every pair"]
+    # Unanswered on some pairs only: a warning per pair and capability, as before.
+    _facts, some = run(replay, "w_p2p_unknown.json")
+    assert [(f["subject"], f["details"]["capability"]) for f in some] == [("GPU pair 0->3", "read"),
+                                                                          ("GPU pair 0->3", "write")]

@@ -202,7 +202,7 @@ def test_plots_are_drawn_from_a_result(tmp_path):
 
 def test_a_step_counting_job_reports_its_step_in_the_progress_line(tmp_path):
     """verify and bench run async; job_progress's line comes from the step file they write."""
-    from ansible_collections.gpuserve.llm.plugins.module_utils.hub import progress_line
+    from ansible_collections.gpuserve.llm.plugins.module_utils.progress import progress_line
     from ansible_collections.gpuserve.llm.plugins.module_utils.progress import StepFile
     path = str(tmp_path / "progress.json")
     steps = StepFile(path, 9)
