@@ -127,23 +127,6 @@ find_python() {  # find_python 3.12: an interpreter of that version, from PATH o
   return 1
 }
 
-make_venv() {  # make_venv DIR PYTHON REQUIREMENTS...: rebuilt when the pins or the interpreter change
-  local dir=$1 python=$2 stamp
-  shift 2
-  stamp=$(cat requirements.txt "$@" | sha256sum | cut -c1-16)-$("$python" -V 2>&1 | tr -d ' ')
-  if [[ -f $dir/.stamp && $(cat "$dir/.stamp") == "$stamp" ]]; then
-    echo "$dir is current ($stamp)"
-    return 0
-  fi
-  rm -rf "$dir"
-  "$python" -m venv "$dir"
-  local req args=()
-  for req in "$@"; do args+=(-r "$req"); done
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "${args[@]}"
-  echo "$stamp" > "$dir/.stamp"
-  "$dir/bin/ansible" --version | sed -n 1p  # sed reads it all: head would break the pipe
-}
-
 run_pytest() {  # run_pytest VENV PATHS...: pytest's exit 5 (no tests collected) is a failure too
   local venv=$1 rc=0
   shift
@@ -192,10 +175,10 @@ phase "test bed Docker daemon" start_testbed
 
 PY311=$(find_python 3.11 || command -v python3)
 phase "venv .venv ($("$PY311" -V 2>&1), ansible-core 2.19)" \
-  make_venv .venv "$PY311" requirements-test.txt requirements-lint.txt
+  scripts/venv.sh .venv "$PY311" requirements-test.txt requirements-lint.txt
 if PY312=$(find_python 3.12); then
   phase "venv .venv-latest ($("$PY312" -V 2>&1), newest ansible-core)" \
-    make_venv .venv-latest "$PY312" requirements-test.txt
+    scripts/venv.sh .venv-latest "$PY312" requirements-test.txt
 elif [[ ${GPUSERVE_SKIP_LATEST:-0} == 1 ]]; then
   echo "no Python 3.12: the newest ansible-core is not tested (GPUSERVE_SKIP_LATEST=1)"
 else
