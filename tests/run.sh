@@ -23,7 +23,8 @@ phase() {  # phase NAME COMMAND...: run it, time it, keep the line for the summa
 # run again while every input is the same - each file of the tree (tracked, and untracked but not
 # ignored), the virtualenvs' pins and interpreters, the test-host image, the llama.cpp roots made
 # from Debian's packages, the Docker daemon and kernel. A change to any file runs every check
-# again. A fresh clone (CI) has no results.
+# again. A fresh clone (CI) has no results. Every input is made before the key is computed: one
+# that a check made later would change the key between the first run and the second.
 RESULTS=.work/test-results
 INPUTS=""
 
@@ -35,7 +36,7 @@ inputs_key() {  # one key for the inputs above; empty outside a git checkout (no
   cp "$(git rev-parse --git-path index)" "$index"  # a copy: the files unchanged since are not read again
   INPUTS=$({ GIT_INDEX_FILE=$index git add -A . && GIT_INDEX_FILE=$index git write-tree
              cat .venv/.stamp .venv-latest/.stamp 2>/dev/null
-             echo "${GPUSERVE_TESTHOST_IMAGE:-}"; ls "$GPUSERVE_TEST_IMAGE_CACHE" 2>/dev/null
+             echo "${GPUSERVE_TESTHOST_IMAGE:-}"; llamacpp_roots
              dockerd --version; uname -r; } | sha256sum | cut -c1-16)
   rm -f "$index"
   mkdir -p "$RESULTS"
@@ -160,6 +161,24 @@ start_testbed() {  # the test bed's own Docker daemon, stopped when this script 
   echo "test bed daemon at $GPUSERVE_TEST_DOCKER_HOST"
 }
 
+# The llama.cpp root from Debian's packages (debian_rootfs: sid moves, so the package version names
+# the tarball) is made here, before the inputs key, rather than by the first test that needs it: the
+# key names the roots, and a root written after the key was computed made the second run after a
+# clone rerun every check. The image role's own defaults give the packages, suite and mirror.
+llamacpp_roots() {  # the roots the tests' image stage can take (it takes the newest)
+  (cd "$GPUSERVE_TEST_IMAGE_CACHE" 2>/dev/null && ls llama.cpp-*.tar 2>/dev/null) || true
+}
+
+llamacpp_root() {
+  local roots
+  roots=$(llamacpp_roots)
+  [[ -z $roots ]] || { echo "kept in $GPUSERVE_TEST_IMAGE_CACHE: $roots"; return 0; }
+  .venv/bin/ansible localhost -c local -i localhost, -e "ansible_python_interpreter=$PWD/.venv/bin/python" \
+    -e @roles/image/defaults/main.yml -m gpuserve.llm.debian_rootfs -a '{"name": "llama.cpp",
+      "version_of": "llama.cpp-tools", "packages": "{{ image_debian_packages }}", "suite": "{{ image_debian_suite }}",
+      "mirror": "{{ image_debian_mirror }}", "cache_dir": "'"$GPUSERVE_TEST_IMAGE_CACHE"'"}'
+}
+
 testhost_image() {
   GPUSERVE_TESTHOST_IMAGE=$(DOCKER_HOST=$GPUSERVE_TEST_DOCKER_HOST tests/testbed/images.sh) || return 1
   export GPUSERVE_TESTHOST_IMAGE
@@ -187,6 +206,7 @@ else
 fi
 phase "test-host image (debootstrap, cached by tag)" testhost_image
 phase "test wheelhouse (requirements-host.txt + NVML double)" tests/testbed/wheelhouse.sh .venv/bin/python
+phase "llama.cpp root (debootstrap from Debian's packages, kept by version)" llamacpp_root
 inputs_key
 
 check_phase "yamllint" .venv/bin/yamllint -s .
