@@ -36,13 +36,12 @@ if ! answers; then
   answers || { echo "the Docker daemon did not answer in 30 s (see /var/log/gpuserve-dockerd.log)" >&2; exit 1; }
 fi
 
-stamp=$(sha256sum requirements.txt | cut -c1-16)-$(python3 -V 2>&1 | tr -d ' ')
-if [[ ! -x $VENV/bin/ansible-playbook || $(cat "$VENV/.stamp-requirements" 2>/dev/null) != "$stamp" ]]; then
-  say "the workstation's virtualenv ($VENV) from requirements.txt"
-  [[ -x $VENV/bin/python ]] || python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements.txt
-  echo "$stamp" > "$VENV/.stamp-requirements"
-fi
+say "the workstation's virtualenv ($VENV) from requirements.txt"
+# One stamp with the test command (scripts/venv.sh): a .venv it filled is kept. A virtualenv that is
+# there keeps its Python (the test command's .venv-latest is 3.12); python3 makes a new one.
+python=python3
+if "$VENV/bin/python" -c '' 2>/dev/null; then python=$VENV/bin/python; fi
+scripts/venv.sh "$VENV" "$python" requirements.txt
 
 say "site.yml on inventories/local"
 exec "$VENV/bin/ansible-playbook" site.yml -i inventories/local -e "llm_docker_host=$DOCKER" "$@"

@@ -23,7 +23,8 @@ phase() {  # phase NAME COMMAND...: run it, time it, keep the line for the summa
 # run again while every input is the same - each file of the tree (tracked, and untracked but not
 # ignored), the virtualenvs' pins and interpreters, the test-host image, the llama.cpp roots made
 # from Debian's packages, the Docker daemon and kernel. A change to any file runs every check
-# again. A fresh clone (CI) has no results.
+# again. A fresh clone (CI) has no results. Every input is made before the key is computed: one
+# that a check made later would change the key between the first run and the second.
 RESULTS=.work/test-results
 INPUTS=""
 
@@ -35,7 +36,7 @@ inputs_key() {  # one key for the inputs above; empty outside a git checkout (no
   cp "$(git rev-parse --git-path index)" "$index"  # a copy: the files unchanged since are not read again
   INPUTS=$({ GIT_INDEX_FILE=$index git add -A . && GIT_INDEX_FILE=$index git write-tree
              cat .venv/.stamp .venv-latest/.stamp 2>/dev/null
-             echo "${GPUSERVE_TESTHOST_IMAGE:-}"; ls "$GPUSERVE_TEST_IMAGE_CACHE" 2>/dev/null
+             echo "${GPUSERVE_TESTHOST_IMAGE:-}"; llamacpp_roots
              dockerd --version; uname -r; } | sha256sum | cut -c1-16)
   rm -f "$index"
   mkdir -p "$RESULTS"
@@ -127,23 +128,6 @@ find_python() {  # find_python 3.12: an interpreter of that version, from PATH o
   return 1
 }
 
-make_venv() {  # make_venv DIR PYTHON REQUIREMENTS...: rebuilt when the pins or the interpreter change
-  local dir=$1 python=$2 stamp
-  shift 2
-  stamp=$(cat requirements.txt "$@" | sha256sum | cut -c1-16)-$("$python" -V 2>&1 | tr -d ' ')
-  if [[ -f $dir/.stamp && $(cat "$dir/.stamp") == "$stamp" ]]; then
-    echo "$dir is current ($stamp)"
-    return 0
-  fi
-  rm -rf "$dir"
-  "$python" -m venv "$dir"
-  local req args=()
-  for req in "$@"; do args+=(-r "$req"); done
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "${args[@]}"
-  echo "$stamp" > "$dir/.stamp"
-  "$dir/bin/ansible" --version | sed -n 1p  # sed reads it all: head would break the pipe
-}
-
 run_pytest() {  # run_pytest VENV PATHS...: pytest's exit 5 (no tests collected) is a failure too
   local venv=$1 rc=0
   shift
@@ -177,6 +161,24 @@ start_testbed() {  # the test bed's own Docker daemon, stopped when this script 
   echo "test bed daemon at $GPUSERVE_TEST_DOCKER_HOST"
 }
 
+# The llama.cpp root from Debian's packages (debian_rootfs: sid moves, so the package version names
+# the tarball) is made here, before the inputs key, rather than by the first test that needs it: the
+# key names the roots, and a root written after the key was computed made the second run after a
+# clone rerun every check. The image role's own defaults give the packages, suite and mirror.
+llamacpp_roots() {  # the roots the tests' image stage can take (it takes the newest)
+  (cd "$GPUSERVE_TEST_IMAGE_CACHE" 2>/dev/null && ls llama.cpp-*.tar 2>/dev/null) || true
+}
+
+llamacpp_root() {
+  local roots
+  roots=$(llamacpp_roots)
+  [[ -z $roots ]] || { echo "kept in $GPUSERVE_TEST_IMAGE_CACHE: $roots"; return 0; }
+  .venv/bin/ansible localhost -c local -i localhost, -e "ansible_python_interpreter=$PWD/.venv/bin/python" \
+    -e @roles/image/defaults/main.yml -m gpuserve.llm.debian_rootfs -a '{"name": "llama.cpp",
+      "version_of": "llama.cpp-tools", "packages": "{{ image_debian_packages }}", "suite": "{{ image_debian_suite }}",
+      "mirror": "{{ image_debian_mirror }}", "cache_dir": "'"$GPUSERVE_TEST_IMAGE_CACHE"'"}'
+}
+
 testhost_image() {
   GPUSERVE_TESTHOST_IMAGE=$(DOCKER_HOST=$GPUSERVE_TEST_DOCKER_HOST tests/testbed/images.sh) || return 1
   export GPUSERVE_TESTHOST_IMAGE
@@ -192,10 +194,10 @@ phase "test bed Docker daemon" start_testbed
 
 PY311=$(find_python 3.11 || command -v python3)
 phase "venv .venv ($("$PY311" -V 2>&1), ansible-core 2.19)" \
-  make_venv .venv "$PY311" requirements-test.txt requirements-lint.txt
+  scripts/venv.sh .venv "$PY311" requirements-test.txt requirements-lint.txt
 if PY312=$(find_python 3.12); then
   phase "venv .venv-latest ($("$PY312" -V 2>&1), newest ansible-core)" \
-    make_venv .venv-latest "$PY312" requirements-test.txt
+    scripts/venv.sh .venv-latest "$PY312" requirements-test.txt
 elif [[ ${GPUSERVE_SKIP_LATEST:-0} == 1 ]]; then
   echo "no Python 3.12: the newest ansible-core is not tested (GPUSERVE_SKIP_LATEST=1)"
 else
@@ -204,6 +206,7 @@ else
 fi
 phase "test-host image (debootstrap, cached by tag)" testhost_image
 phase "test wheelhouse (requirements-host.txt + NVML double)" tests/testbed/wheelhouse.sh .venv/bin/python
+phase "llama.cpp root (debootstrap from Debian's packages, kept by version)" llamacpp_root
 inputs_key
 
 check_phase "yamllint" .venv/bin/yamllint -s .

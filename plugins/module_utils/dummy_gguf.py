@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, gpuserve.llm contributors
 # Apache License 2.0 (see LICENSE)
-"""A tiny llama-architecture GGUF for burn-in, with hand-set weights (ENGINES.md: purely random
+"""A tiny llama-architecture GGUF for burn-in, with hand-set weights (docs/engines.md: purely random
 weights cannot start a tool call or close a JSON string, so the engine's lazy tool grammar never
 starts and `json_object` runs to max_tokens).
 

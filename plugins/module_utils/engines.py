@@ -49,7 +49,7 @@ SECRET = "@@SECRET:%s@@"
 SECRET_RE = re.compile(r"@@SECRET:([a-z_]+)@@")
 ENV_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)=(.*)$")
 # A domain that never resolves (RFC 2606): allowing only it refuses every http(s) media URL,
-# while data: URLs always pass (ENGINES.md).
+# while data: URLs always pass (docs/engines.md).
 NO_MEDIA_DOMAIN = "invalid"
 
 

@@ -1,4 +1,4 @@
-"""Issue 13 on a GPU machine with vLLM importable (shared/gpu-vllm): the burn-in GLM-4.5-Air-shaped folder
+"""Issue 13 on a GPU machine with vLLM importable (docs/engines.md): the burn-in GLM-4.5-Air-shaped folder
 (the weights stage's own code, FP8 block-quantized as for GLM-4.6V-FP8, 8 layers + the MTP layer), served
 two ways, one per call, and measured with the bench and verify code the playbooks run on a host:
 

@@ -1,6 +1,6 @@
 """Parse each rendered vLLM command (tests/gpu/vllm-argv.json) with vLLM's own argument parser and
 turn it into engine arguments, as `vllm serve` does before it loads anything. Run on the GPU machine
-with vLLM importable (shared/gpu-vllm); prints one line per variant and exits 1 on any rejection."""
+with vLLM importable (docs/engines.md); prints one line per variant and exits 1 on any rejection."""
 import json
 import os
 import sys

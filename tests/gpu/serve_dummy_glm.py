@@ -1,4 +1,4 @@
-"""On a GPU machine with vLLM importable (shared/gpu-vllm): make the burn-in GLM model folder with the
+"""On a GPU machine with vLLM importable (docs/engines.md): make the burn-in GLM model folder with the
 weights stage's own code (plugins/module_utils/dummy_hf.py, templates/chat/glm45.jinja), render the
 service's vLLM command from the example recipe's settings for a text model (templates/vllm.j2: fp8
 KV, MTP drafting, GLM tool and reasoning parsers, xgrammar, thinking off, top_k 20, API key), serve it
@@ -143,7 +143,7 @@ def serve(name, overrides, settings_change):
     assert argv[:2] == ["vllm", "serve"], argv[:2]
     entry = {"name": name, "command": rendered["display"], "config_overrides": overrides}
     env = dict(os.environ, PYTHONPATH=SITE, VLLM_USE_FLASHINFER_SAMPLER="0", HF_HUB_OFFLINE="1", **rendered["env"])
-    # The carried bundle (shared/gpu-vllm) leaves out DeepGEMM's headers, which block-FP8 GEMMs JIT-compile
+    # The vLLM folder carried to the GPU machine leaves out DeepGEMM's headers, which block-FP8 GEMMs JIT-compile
     # on sm90 by default: NO_DEEP_GEMM=1 makes vLLM take its other block-FP8 kernels (the bundle's limit,
     # not the collection's command; a vLLM image has them).
     if os.environ.get("NO_DEEP_GEMM") == "1":

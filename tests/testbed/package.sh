@@ -12,9 +12,22 @@ export PATH=$VENV/bin:$PATH
 cd "$ROOT"
 ansible-galaxy collection build --force --output-path "$WORK/dist" >/dev/null
 TARBALL=$(ls "$WORK"/dist/gpuserve-llm-*.tar.gz)
-echo "built $(basename "$TARBALL"): $(tar -tzf "$TARBALL" | wc -l) files, $(du -k "$TARBALL" | cut -f1) KiB"
-if tar -tzf "$TARBALL" | grep -E '^(\.collections|\.work|\.venv|tests/output)/'; then
-  echo "the tarball carries files build_ignore should keep out" >&2; exit 1
+SIZE_KIB=$(( $(stat -c %s "$TARBALL") / 1024 ))
+echo "built $(basename "$TARBALL"): $(tar -tzf "$TARBALL" | wc -l) files, $SIZE_KIB KiB"
+# What a working tree holds besides the collection (galaxy.yml's build_ignore): virtualenvs, the
+# workstation's image and tuning cache (.gpuserve, also in molecule's scenario folders), a run's
+# reports and logs, the real-GPU runs' result folders (tests/gpu/<machine>-<date>/).
+if tar -tzf "$TARBALL" | grep -E \
+    '^(\.collections|\.work|\.venv[^/]*|\.whl|\.pytest_cache|tests/output|tests/gpu/[^/]+)/|(^|/)(\.gpuserve|reports|logs)/'; then
+  echo "the tarball carries the paths above: galaxy.yml's build_ignore must keep them out" >&2; exit 1
+fi
+# 451 KiB measured on 2026-12-01 (a clean tree); 1 MiB leaves room to grow, and one cached image
+# (the llama.cpp root made a 99 MB tarball) or a run's logs go far past it.
+MAX_KIB=1024
+if (( SIZE_KIB > MAX_KIB )); then
+  echo "the tarball is $SIZE_KIB KiB, more than $MAX_KIB KiB: what is in it that the collection does not need?" >&2
+  tar -tzvf "$TARBALL" | sort -k3 -n | tail -5 >&2
+  exit 1
 fi
 cd "$WORK"  # no ansible.cfg here: only the installed copy can answer
 export ANSIBLE_COLLECTIONS_PATH=$WORK/installed ANSIBLE_NOCOLOR=1 ANSIBLE_LOCALHOST_WARNING=0

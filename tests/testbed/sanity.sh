@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ansible-test sanity --local, offline-capable: ansible-test wants to download a pip bootstrap
 # script from a host CI cannot reach; it reads it from ~/.ansible/test/cache first, and a script
-# that calls ensurepip is enough there (ENGINES.md). The collection's tracked files are copied to a
+# that calls ensurepip is enough there (docs/engines.md). The collection's tracked files are copied to a
 # path ending in ansible_collections/gpuserve/llm, as ansible-test requires.
 #   tests/testbed/sanity.sh VENV
 set -euo pipefail

@@ -1,4 +1,4 @@
-"""The one catalogue of codes: SPEC's table is in it, the README's table is rendered from it."""
+"""The one catalogue of codes: the design's table (docs/design.md) is in it, the README's table is rendered from it."""
 import os
 import re
 import subprocess
@@ -10,22 +10,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import codes_table  # noqa: E402
 
-# SPEC.md's codes table: the contract.
-SPEC_CODES = {
-    "E_CONFIG": "error", "E_UNSUPPORTED": "error", "E_CONTEXT": "error", "E_NVML": "error",
-    "E_GPU_COUNT": "error", "E_GPU_ARCH": "error", "E_DRIVER_CUDA": "error", "E_GPU_HEALTH": "error",
-    "E_MIG": "error", "E_GPU_MEMORY": "error", "E_GPU_BUSY": "error", "E_P2P": "error", "E_ACS": "error",
-    "E_DOCKER": "error", "E_NVIDIA_RUNTIME": "error", "E_DOCKER_GROUP": "error", "E_PORT_BUSY": "error",
-    "E_DISK": "error", "E_IMAGE": "error", "E_PATCH": "error", "E_BUILD": "error", "E_AUTH": "error",
-    "E_DOWNLOAD": "error", "E_CHECKSUM": "error", "E_AUTOTUNE": "error", "E_HEALTH": "error",
-    "E_SMOKE": "error", "W_POWER": "warning", "W_PCIE_LINK": "warning", "W_IOMMU": "warning",
-    "W_P2P_UNKNOWN": "warning", "W_TOOL_MISSING": "warning", "W_NO_AUTH": "warning",
-    "W_UNKNOWN_SETTING": "warning",
-}
+
+def design_codes():
+    """docs/design.md's table of the codes the catalogue must hold at least: the contract."""
+    with open(os.path.join(ROOT, "docs", "design.md")) as f:
+        block = f.read().split("<!-- required-codes -->")[1].split("<!-- /required-codes -->")[0]
+    rows = [line for line in block.splitlines() if line.startswith("| `")]
+    required = dict(re.findall(r"(?m)^\| `([EWI]_[A-Z0-9_]+)` \| (error|warning|info) \|", block))
+    assert rows and len(required) == len(rows), "a row of the table is not `CODE` | severity |"
+    return required
 
 
-def test_every_spec_code_is_in_the_catalogue_with_its_severity():
-    assert {c: codes.CODES[c][0] for c in SPEC_CODES if c in codes.CODES} == SPEC_CODES
+def test_every_code_the_design_requires_is_in_the_catalogue_with_its_severity():
+    required = design_codes()
+    assert {c: codes.CODES[c][0] for c in required if c in codes.CODES} == required
 
 
 def test_every_code_has_meaning_and_fix_and_a_severity_matching_its_prefix():
