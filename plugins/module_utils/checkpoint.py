@@ -20,8 +20,9 @@ from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
 # Where model configs say how many multi-token-prediction layers they carry (GLM, DeepSeek: nextn;
 # Qwen3-Next, MiMo: mtp), at the top or in a multimodal model's text_config.
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
-# A GGUF header is read this far: the architecture's keys come before the tokenizer's arrays.
-GGUF_HEADER_BYTES = 4 << 20
+# A GGUF header is read this far: llama.cpp's converter writes the architecture's keys before the
+# tokenizer's arrays (which run to megabytes), so they are in the first few kilobytes.
+GGUF_HEADER_BYTES = 1 << 20
 
 
 def from_config(config):

@@ -38,6 +38,30 @@ def hub_error(exc, repo_id, revision, endpoint, token):
     return HubError("E_DOWNLOAD", "%s on %s: %s: %s" % (repo_id, where, type(exc).__name__, first))
 
 
+def read_head(manifest, path, token, max_bytes=None):
+    """The start of one file at the manifest's commit (all of it when max_bytes is None), read over the
+    hub's resolve URL without touching the cache: what checkpoint.read needs before any weight is fetched."""
+    import requests
+    from urllib.parse import quote
+
+    url = "%s/%s/resolve/%s/%s" % (manifest["endpoint"].rstrip("/"), manifest["repo_id"], manifest["commit"],
+                                   quote(path))
+    headers = {"Authorization": "Bearer " + token} if token else {}
+    if max_bytes:
+        headers["Range"] = "bytes=0-%d" % (max_bytes - 1)
+    try:
+        with requests.get(url, headers=headers, stream=True, timeout=60) as reply:
+            reply.raise_for_status()
+            data = b""
+            for chunk in reply.iter_content(1 << 16):
+                data += chunk
+                if max_bytes and len(data) >= max_bytes:
+                    break  # a server that ignores Range sends the whole file: read no further
+            return data[:max_bytes] if max_bytes else data
+    except Exception as e:  # pylint: disable=broad-except
+        raise hub_error(e, manifest["repo_id"], manifest["commit"], manifest["endpoint"], token)
+
+
 def _quiet_hub():
     """No progress bars on the module's stderr (the playbook prints its own lines); set before
     huggingface_hub is first imported, as it reads the variable then."""

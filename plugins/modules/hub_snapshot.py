@@ -106,6 +106,14 @@ options:
     type: str
     choices: [hf, gguf]
     default: hf
+  serve:
+    description:
+      - What the checkpoint must serve - C(llm_vision), C(llm_drafter), C(llm_engine). With O(state=manifest) read from
+        the hub and vision on or C(llm_drafter=mtp), the checkpoint's config.json (or its GGUF header, with
+        O(format=gguf)) is read first, without the cache, and a setting it cannot honour (vision with a text model,
+        MTP drafting without MTP layers) fails with E_UNSUPPORTED before any weight is fetched.
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -146,6 +154,11 @@ model_file:
   description: The GGUF model file (its first shard) in the snapshot folder.
   returned: O(format=gguf)
   type: str
+capabilities:
+  description: What the checkpoint serves - vision (bool), mtp_layers (int, or null when its header did not say) and
+    source (config.json or GGUF header).
+  returned: when O(serve) asked for vision or MTP drafting and the manifest came from the hub
+  type: dict
 bytes_total:
   description: Bytes of the files the patterns pick.
   returned: success
@@ -180,7 +193,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.llm.plugins.module_utils import hub_cache, hub_fetch, hub_verify
+from ansible_collections.gpuserve.llm.plugins.module_utils import checkpoint, hub_cache, hub_fetch, hub_verify
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
 from ansible_collections.gpuserve.llm.plugins.module_utils.hub_manifest import (
     DEFAULT_ENDPOINT, HubError, gguf_model, scrub)
@@ -207,6 +220,27 @@ def read_manifest(module, p):
         fail(module, e.code, p["repo_id"], e.message)
 
 
+def check_capabilities(module, p, manifest, result):
+    """What the checkpoint can serve, from its config.json or GGUF header before any weight is fetched;
+    E_UNSUPPORTED for a setting in p["serve"] it cannot honour."""
+    gguf_file = gguf_model(manifest) if p["format"] == "gguf" else None
+    try:
+        caps = checkpoint.read(lambda path, max_bytes: hub_fetch.read_head(manifest, path, p["token"], max_bytes),
+                               manifest, gguf_file)
+    except ImportError as e:
+        fail(module, "E_VENV", p["repo_id"], "requests is missing from the host's virtualenv (%s)" % e)
+    except HubError as e:
+        fail(module, e.code, p["repo_id"], scrub(e.message, [p["token"]]))
+    except ValueError as e:
+        module.warn("%s: the checkpoint could not be read for what it serves (%s); not checked" % (p["repo_id"], e))
+        return
+    result["capabilities"] = caps
+    refused = checkpoint.refusals(p["serve"], caps, manifest["repo_id"], manifest["commit"]) if caps else []
+    if refused:
+        fail(module, "E_UNSUPPORTED", refused[0]["subject"], "; ".join(f["message"] for f in refused),
+             findings=refused, **result)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -227,6 +261,7 @@ def main():
             workers=dict(type="int", default=8),
             progress_file=dict(type="path"),
             format=dict(type="str", default="hf", choices=["hf", "gguf"]),
+            serve=dict(type="dict", default={}),
         ),
         required_if=[("source", "folder", ["source_path"]), ("source", "rsync", ["source_path"])],
         supports_check_mode=True,
@@ -248,6 +283,8 @@ def main():
         except HubError as e:
             fail(module, e.code, subject, e.message)
     if p["state"] == "manifest":
+        if manifest_from != "given" and checkpoint.needed(p["serve"]):
+            check_capabilities(module, p, manifest, result)
         module.exit_json(**result)
 
     if due and due + p["reserve_bytes"] > free:

@@ -5,7 +5,7 @@ Serves the endpoints huggingface_hub calls for snapshot_download, from real file
   GET  /api/models/<org>/<name>/revision/<rev>          model info (sha = the commit)
   GET  /api/models/<org>/<name>/tree/<rev>?recursive=1  files: path, size, oid (git blob sha1), lfs {oid sha256}
   HEAD /<org>/<name>/resolve/<rev>/<path>               X-Repo-Commit, ETag / X-Linked-Etag, X-Linked-Size
-  GET  /<org>/<name>/resolve/<rev>/<path>               the bytes; Range: bytes=N- answers 206
+  GET  /<org>/<name>/resolve/<rev>/<path>               the bytes; Range: bytes=N- or N-M answers 206
 
 A repo is a folder <root>/<org>/<name>/ whose files are the repo's files; its commit is a hash of
 the file list, so the same files give the same commit. *.safetensors, *.gguf and *.bin are LFS
@@ -183,12 +183,14 @@ class Handler(BaseHTTPRequestHandler):
         entry = data["files"].get(path)
         if entry is None:
             return self.error(404, "EntryNotFound", "%s does not exist on main" % path)
-        start = 0
+        size = entry["size"]
+        start, end = 0, size - 1
         rng = self.headers.get("Range")
         if rng and rng.startswith("bytes=") and rng[6:].split("-")[0]:
-            start = int(rng[6:].split("-")[0])
-        size = entry["size"]
-        self.send_response(206 if start else 200)
+            first, last = rng[6:].split("-")[:2]
+            start, end = int(first), min(int(last), size - 1) if last else size - 1
+        partial = (start, end) != (0, size - 1)
+        self.send_response(206 if partial else 200)
         etag = entry.get("sha256") or entry["blob_id"]
         self.send_header("ETag", '"%s"' % etag)
         if "sha256" in entry:
@@ -196,9 +198,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("X-Linked-Size", str(size))
         self.send_header("X-Repo-Commit", data["commit"])
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Content-Length", str(size - start))
-        if start:
-            self.send_header("Content-Range", "bytes %d-%d/%d" % (start, size - 1, size))
+        self.send_header("Content-Length", str(end + 1 - start))
+        if partial:
+            self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end, size))
         self.end_headers()
         if self.command == "HEAD":
             return
@@ -210,7 +212,7 @@ class Handler(BaseHTTPRequestHandler):
             rate = self.hub.faults["rate"].get(path)
         if corrupt:
             body[len(body) // 2] ^= 0xFF
-        body = bytes(body[start:])
+        body = bytes(body[start:end + 1])
         if drop is not None and drop < len(body):
             self.wfile.write(body[:drop])
             self.wfile.flush()

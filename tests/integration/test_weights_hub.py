@@ -56,6 +56,11 @@ def repo_dir(tmp_path_factory):
     draft.mkdir()
     dummy_gguf.write(str(draft / "tiny-draft-Q8_0.gguf"), seed=1, layers=2, context=8192, chat_template=chat,
                      name="tiny-draft")
+    text = root / "acme" / "tiny-text"  # a text checkpoint (no vision tower), as its config.json says
+    text.mkdir()
+    (text / "config.json").write_text(json.dumps({"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe",
+                                                  "num_nextn_predict_layers": 1}))
+    (text / "model.safetensors").write_bytes(os.urandom(1 << 20))
     return root
 
 
@@ -281,3 +286,25 @@ def test_no_secret_is_written_anywhere_in_a_whole_life_of_the_service(fleet, hub
     assert any("/logs/s1/" in p for p in places) and any("/reports/s1/" in p for p in places)
     leaks = find_secrets(secrets, places)
     assert leaks == [], "\n".join(leaks)
+
+
+def test_what_the_checkpoint_cannot_serve_is_refused_before_its_weights(fleet, hub):
+    """Vision with a text checkpoint (its config.json says so) and MTP drafting with a GGUF that has no MTP
+    layers (its header says so): E_UNSUPPORTED from what was read first, no weight fetched."""
+    config = (hub.root / "acme" / "tiny-text" / "config.json").read_text()
+    hub_fleet(fleet, hub, ["v1"], 18737, llm_engine="vllm", llm_gpus=[0], llm_model="acme/tiny-text",
+              llm_vision=True, llm_media_urls="data_only", llm_kv="fp8", llm_dense="bf16", llm_model_dense="bf16",
+              llm_drafter="mtp", weights_allow_patterns=[])
+    vision = fleet.run("site.yml", "--tags", "weights")
+    assert vision.rc != 0 and vision.says("E_UNSUPPORTED"), vision
+    assert vision.says("llm_vision is true but acme/tiny-text@") and vision.says("is a text model"), vision
+    assert hub.control("/_stats")["by_path"] == {"acme/tiny-text/config.json": len(config)}
+
+    fleet.hosts.clear()
+    hub.control("/_reset", {})
+    hub_fleet(fleet, hub, ["m1"], 18738, llm_drafter="mtp")
+    mtp = fleet.run("site.yml", "--tags", "weights")
+    assert mtp.rc != 0 and mtp.says("llm_drafter is 'mtp' but acme/tiny-chat-GGUF@"), mtp
+    assert mtp.says("(GGUF header) has no MTP layers"), mtp
+    assert hub.file_bytes() <= 1 << 20  # the header's read, not the weights
+    assert not caches(fleet, ["m1"])[0].exists()
