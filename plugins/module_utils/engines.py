@@ -60,7 +60,8 @@ def to_json(value):
 def render(template_text, context, secrets):
     """Render a command template. `secrets`: {variable name: value}; they may appear only in env lines.
 
-    Returns {"argv", "env", "display"}.
+    Returns {"argv", "env", "display", "env_shown", "secret_env"}: env_shown is env with each secret as
+    <variable name> (what may be hashed or shown), secret_env the names of the variables holding one.
     """
     from jinja2 import Environment, StrictUndefined  # the controller's Jinja2 (ansible-core's)
 
@@ -70,12 +71,13 @@ def render(template_text, context, secrets):
     env.globals["secret"] = lambda name: SECRET % name
     text = env.from_string(template_text).render(**context)
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
-    environment, argv, display = {}, [], []
+    environment, shown_env, argv, display = {}, {}, [], []
     for line in lines:
         m = ENV_LINE.match(line)
         if m and not argv:
             name, value = m.group(1), " ".join(shlex.split(m.group(2))) if m.group(2) else ""
             environment[name] = SECRET_RE.sub(lambda s: str(secrets.get(s.group(1), "")), value)
+            shown_env[name] = SECRET_RE.sub(lambda s: "<%s>" % s.group(1), value)
             display.append("%s=%s" % (name, SECRET_RE.sub(lambda s: "<%s>" % s.group(1), m.group(2))))
             continue
         if SECRET_RE.search(line):
@@ -84,7 +86,8 @@ def render(template_text, context, secrets):
         display.append(line)
     shown = " \\\n  ".join(display[len(environment):])
     prefix = "".join("%s \\\n" % d for d in display[:len(environment)])
-    return {"argv": argv, "env": environment, "display": prefix + shown + "\n"}
+    return {"argv": argv, "env": environment, "display": prefix + shown + "\n", "env_shown": shown_env,
+            "secret_env": sorted(n for n in environment if environment[n] != shown_env[n])}
 
 
 def command_context(settings, paths, facts=None):
