@@ -293,7 +293,11 @@ def folder_files(chat_template, preset="glm4_moe", layers=None, overrides=None):
     if "vision_config" in config:
         files["preprocessor_config.json"] = IMAGE_PROCESSOR
         files["video_preprocessor_config.json"] = VIDEO_PROCESSOR
-    return dict((n, json.dumps(v, indent=2, sort_keys=True, ensure_ascii=False) + "\n") for n, v in files.items())
+    texts = dict((n, json.dumps(v, indent=2, sort_keys=True, ensure_ascii=False) + "\n") for n, v in files.items())
+    if "vision_config" in config:
+        # Where the real repo keeps it, so that the processor (AutoProcessor) has the template too.
+        texts["chat_template.jinja"] = chat_template
+    return texts
 
 
 def describe(config):

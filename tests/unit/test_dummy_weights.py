@@ -320,7 +320,7 @@ def _render(template, messages, **kw):
 
 def test_the_glm_4_6v_template_puts_the_media_tokens_where_the_parts_are(vision_folder):
     template = json.loads((vision_folder / "tokenizer_config.json").read_text())["chat_template"]
-    assert template == GLM46V
+    assert template == GLM46V == (vision_folder / "chat_template.jinja").read_text()
     parts = [{"type": "text", "text": "Compare "}, {"type": "image"}, {"type": "text", "text": " and "},
              {"type": "video"}]
     out = _render(template, [{"role": "user", "content": parts}], enable_thinking=False)
