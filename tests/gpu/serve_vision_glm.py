@@ -49,7 +49,7 @@ DRY = MODE.startswith("dry")
 SITE = os.environ.get("VLLM_SITE", "/root/vllm/site")
 LAYERS = int(os.environ.get("LAYERS", "8"))
 KEY = "sk-gpu-vision"
-PORT, MEDIA_PORT = 8020, 8089
+PORT, MEDIA_PORT = 8020, int(os.environ.get("MEDIA_PORT", "8089"))
 URL = "http://127.0.0.1:%d" % PORT
 FOLDER = "/root/glm46v-dummy" if not DRY else os.path.join(OUT, "glm46v-dummy")
 NAMES = ["allowed.test", "refused.test", "invalid"]
@@ -148,6 +148,7 @@ def start_media_server(files):
     if not DRY:
         with open("/etc/hosts", "a") as f:
             f.write("\n127.0.0.1 %s\n" % " ".join(NAMES))
+    socketserver.ThreadingTCPServer.allow_reuse_address = True  # a second mode on the same machine
     server = socketserver.ThreadingTCPServer(("0.0.0.0", MEDIA_PORT), Media)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
