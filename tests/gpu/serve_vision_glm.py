@@ -7,6 +7,7 @@ checks and an image TTFT bench.
     python3 tests/gpu/serve_vision_glm.py OUT processor     # (a) the GLM-4.6V processor: transformers, then vLLM
     python3 tests/gpu/serve_vision_glm.py OUT data-only     # llm_media_urls: data_only (tries llm_drafter: mtp first)
     python3 tests/gpu/serve_vision_glm.py OUT domains       # llm_media_urls: [allowed.test]
+    python3 tests/gpu/serve_vision_glm.py OUT refusals      # data_only: what must be refused (after patches/vllm)
     python3 tests/gpu/serve_vision_glm.py OUT dry           # the whole data-only run against a stub, no GPU
 
 How it ran (no Docker there; the processes run directly): vLLM 0.26.0 unpacked at /root/vllm/site from the
@@ -19,6 +20,10 @@ checkout's ignored .gpucarry/ (device run, carry [".gpucarry"]):
             python3 .gpucarry/repo/tests/gpu/serve_vision_glm.py $OUT processor-transformers
     call 2: bash .gpucarry/unpack.sh .gpucarry && python3 .gpucarry/repo/tests/gpu/serve_vision_glm.py $OUT data-only
     call 3: python3 .gpucarry/repo/tests/gpu/serve_vision_glm.py $OUT domains   (the same machine, still warm)
+
+and, after patches/vllm, on a fresh machine: part 00 as in call 1, then part 01 with ansible-core's wheel, the
+series applied to /root/vllm/site by the collection's apply_patches module (python3 plugins/modules/apply_patches.py
+ARGS.json, ansible-core on PYTHONPATH), then the domains and refusals modes.
 
 DEADLINE (seconds, default 540) makes a mode skip its later parts rather than outrun the call.
 
@@ -656,17 +661,61 @@ def domains():
         save("domains.json", results)
         # last, as it may take the engine down: a raw AVI stored bottom-up, which crashed OpenCV 5.0.0's reader
         # (heap corruption) on the workstation
-        avi = bytearray(prompts.avi([col for _n, col in prompts.COLOURS] * 3))
-        strf = avi.index(b"strf") + 8
-        avi[strf + 8:strf + 12] = (112).to_bytes(4, "little")
         import cv2
         results["opencv"] = cv2.__version__
-        case(c, "bottom-up raw AVI", [video_part(bytes(avi), "video/x-msvideo")], "report", "What happens?",
+        case(c, "bottom-up raw AVI", [video_part(bottom_up_avi(), "video/x-msvideo")], "report", "What happens?",
              check_serving=True)
     finally:
         stop_engine(proc, logf)
         results["access_log"] = list(ACCESS)
         save("domains.json", results)
+
+
+# -- what must be refused, after the patch series ----------------------------------------------------
+
+def bottom_up_avi():
+    """An uncompressed AVI stored bottom-up (a positive DIB height: the usual layout)."""
+    avi = bytearray(prompts.avi([col for _n, col in prompts.COLOURS] * 3))
+    strf = avi.index(b"strf") + 8
+    avi[strf + 8:strf + 12] = (112).to_bytes(4, "little")
+    return bytes(avi)
+
+
+def refusals():
+    results = {"mode": "refusals", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    results["model"] = dummy_hf.describe(write_folder())
+    import numpy as np
+    settings, rendered = render(llm_drafter="off")
+    proc, logf, healthy = start_engine(rendered["argv"], rendered["env"], "refusals")
+    if proc is None:
+        results["serve_failed"] = dict(logf, log_tail=log_tail("refusals"))
+        save("refusals.json", results)
+        raise SystemExit("vLLM did not serve: %s" % logf)
+    results.update(command=rendered["display"], healthy_after_s=healthy)
+    log("healthy after %s s" % healthy)
+    c = results["cases"] = {}
+    try:
+        img = png_bytes(np.full((448, 672, 3), 90, np.uint8))
+        case(c, "image 672x448 PNG", [image_part(img)], "200")
+        case(c, "PNG of 14000x14000 (196 M pixels)", [image_part(bomb_png())], "4xx", check_serving=True)
+        case(c, "PNG of 10000x10000 (100 M pixels)", [image_part(bomb_png(10000))], "report", check_serving=True)
+        case(c, "corrupt PNG", [image_part(prompts.CORRUPT_PNG)], "4xx", check_serving=True)
+        case(c, "bottom-up raw AVI", [video_part(bottom_up_avi(), "video/x-msvideo")], "4xx", "What happens?",
+             check_serving=True)
+        case(c, "top-down raw AVI", [video_part(prompts.avi([col for _n, col in prompts.COLOURS] * 3),
+                                                "video/x-msvideo")], "200", "What happens?")
+        case(c, "video 4 s 224x224 MP4", [video_part(mp4())], "200", "What happens?")
+        from ansible_collections.gpuserve.llm.plugins.module_utils import verify
+        from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
+        checks, _ = verify.Verifier(Client(URL, KEY, "glm-4.6v", timeout=600),
+                                    {"vision": True, "dummy": True, "media_urls": "data_only"}, None,
+                                    log=log).run(["image_input", "video_input"], {})
+        results["verify"] = [dict((k, ch[k]) for k in ("name", "status", "passed", "total", "why", "examples"))
+                             for ch in checks if ch["name"] in ("image_input", "video_input")]
+        log("verify: %s" % [(ch["name"], ch["status"], ch["passed"], ch["total"]) for ch in results["verify"]])
+    finally:
+        stop_engine(proc, logf)
+        save("refusals.json", results)
 
 
 # -- a stub engine for the dry run ----------------------------------------------------------------
@@ -710,5 +759,7 @@ elif MODE in ("data-only", "dry"):
     data_only()
 elif MODE in ("domains", "dry-domains"):
     domains()
+elif MODE in ("refusals", "dry-refusals"):
+    refusals()
 else:
     raise SystemExit("unknown mode %s" % MODE)
