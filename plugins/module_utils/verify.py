@@ -364,8 +364,8 @@ class Verifier(object):
             ("a 64x64 PNG", lambda: count("a 64x64 PNG", [prompts.image_url_part(small)])),
             ("a 448x672 PNG", lambda: count("a 448x672 PNG", [prompts.image_url_part(large)],
                                             counts.get("a 64x64 PNG", 0))),
-            ("two 64x64 PNGs", lambda: None if self._media_tokens([prompts.image_url_part(small)] * 2) == 2 * counts.get(
-                "a 64x64 PNG", -1) else "two 64x64 PNGs: not twice one"),
+            ("two 64x64 PNGs", lambda: None if self._media_tokens([prompts.image_url_part(small)] * 2)
+             == 2 * counts.get("a 64x64 PNG", -1) else "two 64x64 PNGs: not twice one"),
             ("a corrupt PNG", lambda: self._refused("a corrupt PNG", [prompts.image_url_part(prompts.CORRUPT_PNG)])),
         ]
         media = self.o.get("media_urls", "data_only")
@@ -394,7 +394,8 @@ class Verifier(object):
         steps = [
             ("a 2.25 s clip", lambda: count("a 2.25 s clip", short_clip)),
             ("a 4.5 s clip", lambda: count("a 4.5 s clip", long_clip, counts.get("a 2.25 s clip", 0))),
-            ("a corrupt video", lambda: self._refused("a corrupt video", [prompts.video_url_part(prompts.CORRUPT_AVI)])),
+            ("a corrupt video", lambda: self._refused("a corrupt video",
+                                                      [prompts.video_url_part(prompts.CORRUPT_AVI)])),
         ]
         passed, examples = self._media_steps(steps)
         return result("video_input", passed, len(steps), examples=examples, tokens=counts,

@@ -192,7 +192,8 @@ def mp4(seconds=4, fps=8, size=224):
     import tempfile
     import cv2
     import numpy as np
-    path = tempfile.mktemp(suffix=".mp4")
+    fd, path = tempfile.mkstemp(suffix=".mp4")
+    os.close(fd)
     writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"mp4v"), fps, (size, size))
     for i in range(seconds * fps):
         frame = np.zeros((size, size, 3), np.uint8)
@@ -241,8 +242,9 @@ def video_part(data, mime="video/mp4"):
 
 def post(parts, text="Describe this.", max_tokens=1, timeout=600, key=KEY):
     """POST one chat; (status, prompt tokens or the error's text, seconds)."""
-    body = {"model": "glm-4.6v", "messages": [{"role": "user", "content": list(parts) + [{"type": "text", "text": text}]}],
-            "max_tokens": max_tokens, "temperature": 0}
+    content = list(parts) + [{"type": "text", "text": text}]
+    body = {"model": "glm-4.6v", "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+            "temperature": 0}
     req = urllib.request.Request(URL + "/v1/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
     t = time.time()
@@ -375,12 +377,13 @@ def processor_check():
         cfg = AutoConfig.from_pretrained(FOLDER)
         proc = AutoProcessor.from_pretrained(FOLDER)
         img = Image.fromarray(np.full((448, 672, 3), 128, np.uint8))
-        text = proc.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}],
-                                        add_generation_prompt=True, tokenize=False)
+        message = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}
+        text = proc.apply_chat_template([message], add_generation_prompt=True, tokenize=False)
         ids = proc(text=[text], images=[img], return_tensors="pt")["input_ids"][0].tolist()
         out["transformers_processor"] = {
             "config": type(cfg).__name__, "processor": type(proc).__name__,
-            "image_processor": type(proc.image_processor).__name__, "video_processor": type(proc.video_processor).__name__,
+            "image_processor": type(proc.image_processor).__name__,
+            "video_processor": type(proc.video_processor).__name__,
             "image_672x448_placeholders": ids.count(config["image_token_id"]), "expected": 16 * 24}
     except Exception as e:  # noqa: BLE001  recorded, the run goes on
         out["transformers_processor"] = {"error": repr(e)[:500]}
@@ -454,8 +457,8 @@ def bench_ttft(concurrency, rounds, seed0):
         lat += [x[2] for x in res if x[0] == 200]
         tokens += [x[1] for x in res if x[0] == 200]
     after = metrics()
-    n = metric(after, "vllm:time_to_first_token_seconds_count") - metric(before, "vllm:time_to_first_token_seconds_count")
-    s = metric(after, "vllm:time_to_first_token_seconds_sum") - metric(before, "vllm:time_to_first_token_seconds_sum")
+    ttft = "vllm:time_to_first_token_seconds_"
+    n, s = (metric(after, ttft + k) - metric(before, ttft + k) for k in ("count", "sum"))
     lat.sort()
     return {"concurrency": concurrency, "requests": len(images), "ok": len(lat),
             "image_bytes_median": sorted(len(i) for i in images)[len(images) // 2],
@@ -555,7 +558,8 @@ def run_data_only_cases(results, red, clip):
     case(c, "corrupt PNG", [image_part(prompts.CORRUPT_PNG)], "4xx", check_serving=True)
     case(c, "truncated PNG", [image_part(img[:len(img) // 2])], "4xx", check_serving=True)
     case(c, "text as image/png", [image_part(b"not an image at all")], "4xx", check_serving=True)
-    case(c, "corrupt video (AVI header)", [video_part(prompts.CORRUPT_AVI, "video/x-msvideo")], "4xx", check_serving=True)
+    case(c, "corrupt video (AVI header)", [video_part(prompts.CORRUPT_AVI, "video/x-msvideo")], "4xx",
+         check_serving=True)
     case(c, "truncated MP4", [video_part(clip[:len(clip) // 3])], "4xx", check_serving=True)
     save("data-only.json", results)
     # images whose tokens with the text exceed the context: 4 of the most tokens an image can have + text
@@ -567,7 +571,8 @@ def run_data_only_cases(results, red, clip):
     if four["status"] == 200:
         sizer = prompts.Sizer(lambda t: post([], t)[1])
         fill = prompts.filler(11, sizer.chars(131072 - four["prompt_tokens"] + 2000))
-        case(c, "4 largest images + text past llm_context", [image_part(most)] * 4, "4xx", text=fill, check_serving=True)
+        case(c, "4 largest images + text past llm_context", [image_part(most)] * 4, "4xx", text=fill,
+             check_serving=True)
     save("data-only.json", results)
     # verify's media checks, as the verify role runs them
     if time_left() < 110:
@@ -578,7 +583,7 @@ def run_data_only_cases(results, red, clip):
     client = Client(URL, KEY, "glm-4.6v", timeout=600)
     opts = {"vision": True, "dummy": True, "media_urls": "data_only", "drafter": results["drafter"]}
     t = time.time()
-    checks, _ = verify.Verifier(client, opts, None, log=log).run(["image_input", "video_input", "images"], {})
+    checks, _hashes = verify.Verifier(client, opts, None, log=log).run(["image_input", "video_input", "images"], {})
     results["verify"] = [dict((k, ch[k]) for k in ("name", "status", "passed", "total", "counted", "why", "examples")
                               if k in ch) for ch in checks if ch["name"] in ("image_input", "video_input", "images")]
     results["verify_s"] = round(time.time() - t, 1)
@@ -654,10 +659,9 @@ def domains():
             entry["requests"] = access_since(mark)
         results["access_log"] = list(ACCESS)
         # vLLM's default, which the rendered env turns off: a redirect from an allowed domain is followed anywhere
-        results["connector_redirects_default"] = connector_fetch(["allowed.test"], media_url("allowed.test", "/redirect"),
-                                                                 allow_redirects=True)
-        results["connector_redirects_off"] = connector_fetch(["allowed.test"], media_url("allowed.test", "/redirect"),
-                                                             allow_redirects=False)
+        redirect = media_url("allowed.test", "/redirect")
+        results["connector_redirects_default"] = connector_fetch(["allowed.test"], redirect, allow_redirects=True)
+        results["connector_redirects_off"] = connector_fetch(["allowed.test"], redirect, allow_redirects=False)
         save("domains.json", results)
         # last, as it may take the engine down: a raw AVI stored bottom-up, which crashed OpenCV 5.0.0's reader
         # (heap corruption) on the workstation
@@ -707,9 +711,9 @@ def refusals():
         case(c, "video 4 s 224x224 MP4", [video_part(mp4())], "200", "What happens?")
         from ansible_collections.gpuserve.llm.plugins.module_utils import verify
         from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
-        checks, _ = verify.Verifier(Client(URL, KEY, "glm-4.6v", timeout=600),
-                                    {"vision": True, "dummy": True, "media_urls": "data_only"}, None,
-                                    log=log).run(["image_input", "video_input"], {})
+        verifier = verify.Verifier(Client(URL, KEY, "glm-4.6v", timeout=600),
+                                   {"vision": True, "dummy": True, "media_urls": "data_only"}, None, log=log)
+        checks, _hashes = verifier.run(["image_input", "video_input"], {})
         results["verify"] = [dict((k, ch[k]) for k in ("name", "status", "passed", "total", "why", "examples"))
                              for ch in checks if ch["name"] in ("image_input", "video_input")]
         log("verify: %s" % [(ch["name"], ch["status"], ch["passed"], ch["total"]) for ch in results["verify"]])

@@ -261,7 +261,8 @@ def test_the_vision_config_has_glm_4_6v_shapes_with_the_language_model_cut_to_th
     assert (text["hidden_size"], text["n_routed_experts"], text["num_experts_per_tok"]) == (4096, 128, 8)
     assert text["rope_parameters"]["mrope_section"] == [8, 12, 12] and text["max_position_embeddings"] == 131072
     assert text["num_nextn_predict_layers"] == 0  # GLM-4.6V ships no MTP layer
-    assert (vision["depth"], vision["hidden_size"], vision["out_hidden_size"], vision["patch_size"]) == (24, 1536, 4096, 14)
+    shape = (vision["depth"], vision["hidden_size"], vision["out_hidden_size"], vision["patch_size"])
+    assert shape == (24, 1536, 4096, 14)
     assert "num_hidden_layers" not in config and h.model_config("glm4v_moe")["text_config"]["num_hidden_layers"] == 46
     # a dict given for text_config or vision_config changes only the keys it names
     cut = h.model_config("glm4v_moe", overrides={"vision_config": {"depth": 2}})

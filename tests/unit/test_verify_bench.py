@@ -272,8 +272,8 @@ def test_media_checks_pass_against_an_engine_that_counts_and_refuses():
 
 
 @pytest.mark.parametrize("engine, media_urls, expect", [
-    (MediaEngine(fetches_urls=True), "data_only", "an http URL llm_media_urls does not allow (http://media-check.invalid/"
-                                                  "gpuserve.png): accepted"),
+    (MediaEngine(fetches_urls=True), "data_only",
+     "an http URL llm_media_urls does not allow (http://media-check.invalid/gpuserve.png): accepted"),
     (MediaEngine(fetches_urls=True), ["cdn.example.org"], "accepted"),
     (MediaEngine(corrupt_status=500), "data_only", "a corrupt PNG: answered 500, not a client error"),
     (MediaEngine(dies_after_refusal=True), "data_only", "a corrupt PNG: refused, but the engine stopped serving"),
