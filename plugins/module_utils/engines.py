@@ -48,9 +48,11 @@ PROFILES = {
 SECRET = "@@SECRET:%s@@"
 SECRET_RE = re.compile(r"@@SECRET:([a-z_]+)@@")
 ENV_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)=(.*)$")
-# A domain that never resolves (RFC 2606): allowing only it refuses every http(s) media URL,
-# while data: URLs always pass (docs/engines.md).
-NO_MEDIA_DOMAIN = "invalid"
+# What vLLM's --allowed-media-domains gets for data: URLs only. vLLM compares a URL's host with the
+# list before it fetches, and data: URLs never reach the list. No host can equal this value (a "/"
+# ends a URL's host), so every http(s) URL is refused unfetched. "invalid" (RFC 2606) would let
+# http://invalid/ through to the resolver, where a search domain can make it a real host.
+NO_MEDIA_DOMAIN = "data-urls-only/"
 
 
 def to_json(value):
@@ -103,6 +105,7 @@ def command_context(settings, paths, facts=None):
     ctx["kv_cache_bytes"] = int(settings.get("llm_kv_cap_gib", 0) * 1024 ** 3)
     media = settings.get("llm_media_urls")
     ctx["media_domains"] = ([NO_MEDIA_DOMAIN] if media == "data_only" else [] if media == "any" else list(media or []))
+    ctx["media_domains_listed"] = isinstance(media, list) and bool(media)
     drafter = settings.get("llm_drafter")
     ctx["drafter_kind"] = drafter if drafter in ("mtp", "ngram", "off") else "model"
     ctx["api_key_set"] = bool(settings.get("llm_api_key"))

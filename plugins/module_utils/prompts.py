@@ -179,24 +179,80 @@ def json_prompt(i, instruction_only):
     return "Invent %s: their name, age, city and hobbies." % who
 
 
-def png(rgb, size=64):
-    """A size x size PNG of one colour (RGB), written by hand: no imaging library on the host."""
-    row = b"\x00" + bytes(bytearray(rgb)) * size
-    raw = row * size
+def _png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+def png_rows(width, height, rows):
+    """An RGB PNG from its rows (each width x 3 bytes), written by hand: no imaging library on the host."""
+    raw = b"".join(b"\x00" + row for row in rows)
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + _png_chunk(b"IDAT", zlib.compress(raw, 6)) + _png_chunk(b"IEND", b""))
+
+
+def png(rgb, size=64, height=None):
+    """A size x size (or size x height) PNG of one colour (RGB)."""
+    return png_rows(size, height or size, [bytes(bytearray(rgb)) * size] * (height or size))
+
+
+def noise_png(width, height, seed):
+    """A PNG of seeded noise: distinct bytes for every seed, so no engine cache can answer for it."""
+    rng = random.Random(seed)
+    return png_rows(width, height, [rng.getrandbits(8 * width * 3).to_bytes(width * 3, "little")
+                                    for _row in range(height)])
 
 
 COLOURS = [("red", (220, 30, 30)), ("green", (30, 170, 60)), ("blue", (30, 70, 220))]
 
 
 def image_part(rgb):
-    return {"type": "image_url",
-            "image_url": {"url": "data:image/png;base64," + base64.b64encode(png(rgb)).decode("ascii")}}
+    return image_url_part(png(rgb))
+
+
+def image_url_part(data, mime="image/png"):
+    """An OpenAI image_url part carrying `data` (bytes) as a data URL, or a URL given as text."""
+    url = data if isinstance(data, str) else "data:%s;base64,%s" % (mime, base64.b64encode(data).decode("ascii"))
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def video_url_part(data, mime="video/x-msvideo"):
+    url = data if isinstance(data, str) else "data:%s;base64,%s" % (mime, base64.b64encode(data).decode("ascii"))
+    return {"type": "video_url", "video_url": {"url": url}}
+
+
+def avi(colours, size=112, fps=4):
+    """An uncompressed AVI (RIFF, one 24-bit DIB video stream), one frame per colour, written by hand: a
+    video any FFmpeg-based reader (OpenCV's, which vLLM uses) opens, made with no codec on the host."""
+    row = size * 3  # a multiple of 4 for the sizes used here; DIB rows are padded to 4 bytes
+    frames = [bytes(bytearray((b, g, r))) * size * size for r, g, b in colours]  # DIB is BGR
+
+    def chunk(fourcc, data):
+        return fourcc + struct.pack("<I", len(data)) + data + (b"\x00" if len(data) % 2 else b"")
+
+    def riff_list(kind, data):
+        return b"LIST" + struct.pack("<I", len(data) + 4) + kind + data
+
+    n, frame_bytes = len(frames), row * size
+    avih = struct.pack("<14I", 1000000 // fps, frame_bytes * fps, 0, 0x10, n, 0, 1, frame_bytes, size, size, 0, 0, 0, 0)
+    strh = (b"vids" + b"DIB " + struct.pack("<IHHIIIIIIiI", 0, 0, 0, 0, 1, fps, 0, n, frame_bytes, -1, 0)
+            + struct.pack("<4h", 0, 0, size, size))
+    # rows top-down (a negative height): OpenCV 5.0.0's reader corrupts its heap on a bottom-up raw frame
+    strf = struct.pack("<IiiHHIIiiII", 40, size, -size, 1, 24, 0, frame_bytes, 0, 0, 0, 0)
+    hdrl = riff_list(b"hdrl", chunk(b"avih", avih) + riff_list(b"strl", chunk(b"strh", strh) + chunk(b"strf", strf)))
+    movi_chunks, index, offset = [], [], 4
+    for frame in frames:
+        movi_chunks.append(chunk(b"00db", frame))
+        index.append(b"00db" + struct.pack("<III", 0x10, offset, len(frame)))
+        offset += 8 + len(frame) + len(frame) % 2
+    body = hdrl + riff_list(b"movi", b"".join(movi_chunks)) + chunk(b"idx1", b"".join(index))
+    return b"RIFF" + struct.pack("<I", len(body) + 4) + b"AVI " + body
+
+
+# Media the engine must refuse: a PNG signature over garbage, a RIFF header over garbage, and a URL on a
+# name that never resolves (RFC 2606), which a data-URLs-only engine must refuse without trying.
+CORRUPT_PNG = b"\x89PNG\r\n\x1a\n" + bytes(bytearray(range(256))) * 4
+CORRUPT_AVI = b"RIFF" + struct.pack("<I", 1028) + b"AVI " + bytes(bytearray(range(256))) * 4
+UNREACHABLE_IMAGE_URL = "http://media-check.invalid/gpuserve.png"
 
 
 class Sizer(object):

@@ -8,12 +8,18 @@ requests served alone; drafted replies equal undrafted ones (no engine here can 
 per request, so against a second, undrafted server of the same configuration); long prompts give
 the token hashes saved by the first run of this configuration.
 
+Media (when vision is on): images and video as data URLs are accepted and counted in the prompt's
+tokens (more pixels, more tokens; two images, twice one), and what must be refused is refused with a
+client error while the engine goes on serving: a corrupt image or video, and an http(s) URL that
+llm_media_urls does not allow.
+
 Quality, with counts: tool calls (a call counts when it names the tool and its arguments validate
 against the tool's schema), JSON by instruction only, JSON with response_format, needles in long
-prompts, images (when vision is on), and tool bursts with the default and the required tool choice.
+prompts, images' colours (real weights only), and tool bursts with the default and the required tool
+choice.
 
-Each check gives passed/total and pass, fail or not_run (with why). Exactness checks always count;
-quality checks count only with real weights (burn-in weights have no knowledge to measure).
+Each check gives passed/total and pass, fail or not_run (with why). Exactness and media checks always
+count; quality checks count only with real weights (burn-in weights have no knowledge to measure).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -32,12 +38,15 @@ from ansible_collections.gpuserve.llm.plugins.module_utils.engines import draft_
 from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import EndpointError
 
 EXACTNESS = ["concurrent_solo", "drafted_undrafted", "long_prompt_hashes"]
+MEDIA = ["image_input", "video_input"]
 QUALITY = ["tool_calls", "json_instruction", "json_response_format", "needles", "images", "tool_bursts"]
-CHECKS = EXACTNESS + QUALITY
+CHECKS = EXACTNESS + MEDIA + QUALITY
 TITLES = {
     "concurrent_solo": "Concurrent replies equal solo replies",
     "drafted_undrafted": "Drafted replies equal undrafted replies",
     "long_prompt_hashes": "Long prompts give the saved token hashes",
+    "image_input": "Images by data URL: accepted, counted, refused",
+    "video_input": "Video by data URL: accepted, counted, refused",
     "tool_calls": "Tool calls",
     "json_instruction": "JSON, instruction only",
     "json_response_format": "JSON with response_format",
@@ -68,7 +77,8 @@ def parse_json_reply(text):
 
 def result(name, passed, total, counted=True, why="", examples=None, **extra):
     status = "not_run" if total == 0 else ("pass" if passed == total else "fail")
-    out = {"name": name, "title": TITLES[name], "group": "exactness" if name in EXACTNESS else "quality",
+    group = "exactness" if name in EXACTNESS else "media" if name in MEDIA else "quality"
+    out = {"name": name, "title": TITLES[name], "group": group,
            "passed": passed, "total": total, "status": status, "counted": counted and status != "not_run",
            "why": why, "examples": (examples or [])[:3]}
     out.update(extra)
@@ -288,6 +298,9 @@ class Verifier(object):
     def images(self):
         if not self.o["vision"]:
             return not_run("images", "vision is off (llm_vision: false)")
+        if self.o["dummy"]:
+            return not_run("images", "burn-in weights see nothing: naming a colour needs the real weights "
+                                     "(image_input checks what the engine does with images)")
         examples, passed = [], 0
         for name, rgb in prompts.COLOURS:
             content = [prompts.image_part(rgb), {"type": "text", "text": "What colour is this image? Answer with one word."}]
@@ -299,6 +312,97 @@ class Verifier(object):
                 examples.append("a %s square: replied %s" % (name, short(said)))
         return result("images", passed, len(prompts.COLOURS), counted=not self.o["dummy"], examples=examples,
                       why="%d one-colour PNG images as data URLs, asked for the colour" % len(prompts.COLOURS))
+
+    # -- media ---------------------------------------------------------------------------------
+
+    def _media_tokens(self, parts, text="Describe this."):
+        """Prompt tokens the parts add to a one-message chat, or the engine's refusal (EndpointError)."""
+        if getattr(self, "_bare_tokens", None) is None:
+            self._bare_tokens = self.prompt_tokens(text)
+        data, _seconds = self.client.chat([{"role": "user", "content": list(parts) + [{"type": "text", "text": text}]}],
+                                          max_tokens=1, **GREEDY)
+        return int(data["usage"]["prompt_tokens"]) - self._bare_tokens
+
+    def _refused(self, what, parts):
+        """None when the engine refuses the parts with a client error (4xx) and then still serves, else why not."""
+        try:
+            added = self._media_tokens(parts)
+            return "%s: accepted (%d prompt tokens added), not refused" % (what, added)
+        except EndpointError as e:
+            if e.status is None or not 400 <= e.status < 500:
+                return "%s: answered %s, not a client error (4xx): %s" % (what, e.status, short(str(e), 0, 160))
+        try:
+            self.prompt_tokens("Still serving?")
+        except EndpointError as e:
+            return "%s: refused, but the engine stopped serving: %s" % (what, e)
+        return None
+
+    def _media_steps(self, steps):
+        passed, examples = 0, []
+        for what, step in steps:
+            try:
+                why = step()
+            except EndpointError as e:
+                why = "%s: %s" % (what, e)
+            if why:
+                examples.append(why)
+            else:
+                passed += 1
+        return passed, examples
+
+    def image_input(self):
+        if not self.o["vision"]:
+            return not_run("image_input", "vision is off (llm_vision: false)")
+        small, large = prompts.png((200, 60, 60)), prompts.noise_png(448, 672, 1)
+        counts = {}
+
+        def count(key, parts, more_than=0):
+            counts[key] = self._media_tokens(parts)
+            return None if counts[key] > more_than else "%s: %d prompt tokens added" % (key, counts[key])
+
+        steps = [
+            ("a 64x64 PNG", lambda: count("a 64x64 PNG", [prompts.image_url_part(small)])),
+            ("a 448x672 PNG", lambda: count("a 448x672 PNG", [prompts.image_url_part(large)],
+                                            counts.get("a 64x64 PNG", 0))),
+            ("two 64x64 PNGs", lambda: None if self._media_tokens([prompts.image_url_part(small)] * 2)
+             == 2 * counts.get("a 64x64 PNG", -1) else "two 64x64 PNGs: not twice one"),
+            ("a corrupt PNG", lambda: self._refused("a corrupt PNG", [prompts.image_url_part(prompts.CORRUPT_PNG)])),
+        ]
+        media = self.o.get("media_urls", "data_only")
+        if media != "any":
+            steps.append(("an http URL", lambda: self._refused(
+                "an http URL llm_media_urls does not allow (%s)" % prompts.UNREACHABLE_IMAGE_URL,
+                [prompts.image_url_part(prompts.UNREACHABLE_IMAGE_URL)])))
+        passed, examples = self._media_steps(steps)
+        return result("image_input", passed, len(steps), examples=examples, tokens=counts,
+                      why="PNG data URLs of 64x64 and 448x672 pixels accepted and counted (%s prompt tokens), two "
+                          "images twice one; a corrupt PNG%s refused with a client error while the engine goes on "
+                          "serving" % ("/".join(str(v) for v in counts.values()) or "-",
+                                       "" if media == "any" else " and an http URL"))
+
+    def video_input(self):
+        if not self.o["vision"]:
+            return not_run("video_input", "vision is off (llm_vision: false)")
+        colours = [c for _name, c in prompts.COLOURS]
+        short_clip, long_clip = prompts.avi(colours * 3), prompts.avi(colours * 6)  # 9 and 18 frames at 4 fps
+        counts = {}
+
+        def count(key, clip, more_than=0):
+            counts[key] = self._media_tokens([prompts.video_url_part(clip)], "What happens?")
+            return None if counts[key] > more_than else "%s: %d prompt tokens added" % (key, counts[key])
+
+        steps = [
+            ("a 2.25 s clip", lambda: count("a 2.25 s clip", short_clip)),
+            ("a 4.5 s clip", lambda: count("a 4.5 s clip", long_clip, counts.get("a 2.25 s clip", 0))),
+            ("a corrupt video", lambda: self._refused("a corrupt video",
+                                                      [prompts.video_url_part(prompts.CORRUPT_AVI)])),
+        ]
+        passed, examples = self._media_steps(steps)
+        return result("video_input", passed, len(steps), examples=examples, tokens=counts,
+                      why="uncompressed AVI data URLs of 112x112 pixels at 4 frames a second, 2.25 s and 4.5 s, "
+                          "accepted and counted (%s prompt tokens, the longer more); a corrupt video refused with a "
+                          "client error while the engine goes on serving" % (
+                              "/".join(str(v) for v in counts.values()) or "-"))
 
     # -- all ----------------------------------------------------------------------------------
 

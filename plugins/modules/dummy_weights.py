@@ -59,7 +59,9 @@ options:
     type: int
     default: 8192
   preset:
-    description: The architecture whose config.json O(format=hf) writes.
+    description:
+      - The architecture whose config.json O(format=hf) writes - C(glm4_moe) (GLM-4.5-Air), C(glm4v_moe) (GLM-4.6V,
+        with its vision tower and image and video processors).
     type: str
     default: glm4_moe
   config:

@@ -16,8 +16,11 @@ description:
   - Runs on the host, against the engine's OpenAI-compatible API. Exactness, greedy and within one configuration
     - concurrent replies equal solo replies; drafted replies equal those of an undrafted server of the same
     configuration (O(undrafted_url)); long prompts give the token hashes saved by the first run (O(saved_hashes)).
+  - Media, when vision is on - images and video as data URLs accepted and counted in the prompt's tokens; a corrupt
+    image or video, and an http URL O(media_urls) does not allow, refused with a client error while the engine goes on
+    serving. These count with burn-in weights too.
   - Quality, with counts - tool calls (the right name and arguments that validate against the tool's schema), JSON
-    by instruction only, JSON with response_format, needles in long prompts, images when vision is on, tool bursts
+    by instruction only, JSON with response_format, needles in long prompts, images' colours (real weights), tool bursts
     with the default and the required tool choice.
   - Returns each check with passed, total, pass/fail/not_run and why. Quality checks do not count with burn-in
     weights (O(dummy)). Fails with E_ENDPOINT when the engine does not answer at all; failed checks are results,
@@ -49,8 +52,8 @@ options:
     description: The checks to run (the others are reported as not run).
     type: list
     elements: str
-    default: [concurrent_solo, drafted_undrafted, long_prompt_hashes, tool_calls, json_instruction,
-              json_response_format, needles, images, tool_bursts]
+    default: [concurrent_solo, drafted_undrafted, long_prompt_hashes, image_input, video_input, tool_calls,
+              json_instruction, json_response_format, needles, images, tool_bursts]
   drafter:
     description: The configuration's drafter (C(off) for none).
     type: str
@@ -75,6 +78,12 @@ options:
     description: Image input is on.
     type: bool
     default: false
+  media_urls:
+    description:
+      - Which media URLs the engine accepts (llm_media_urls) - C(data_only), C(any), or a list of domains. Unless
+        C(any), the media checks expect an http URL on a name that never resolves to be refused.
+    type: raw
+    default: data_only
   exact_prompts:
     description: Distinct prompts for concurrent = solo and drafted = undrafted.
     type: int
@@ -215,6 +224,7 @@ def main():
             undrafted_missing=dict(type="str", default="no undrafted server to compare with"),
             dummy=dict(type="bool", default=False),
             vision=dict(type="bool", default=False),
+            media_urls=dict(type="raw", default="data_only"),
             exact_prompts=dict(type="int", default=8),
             exact_max_tokens=dict(type="int", default=64, no_log=False),
             long_prompts=dict(type="int", default=2),

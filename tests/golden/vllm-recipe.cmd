@@ -18,6 +18,6 @@ vllm serve /models/zai-org/GLM-4.6V-FP8 \
   --default-chat-template-kwargs '{"enable_thinking": false}' \
   --override-generation-config '{"top_k": 20, "max_new_tokens": 32768}' \
   --limit-mm-per-prompt '{"image": 4, "video": 1}' \
-  --allowed-media-domains invalid
+  --allowed-media-domains data-urls-only/
 
 # environment: VLLM_API_KEY

@@ -237,3 +237,105 @@ def test_an_fp8_folder_keeps_the_dense_mlp_whose_size_the_block_does_not_divide_
         "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj"]
     assert "quantization_config" not in h.model_config("glm4_moe")
     assert "ignored_layers" not in fp8["quantization_config"]  # the caller's dict is not changed
+
+
+# GLM-4.6V: the same language model under text_config, a vision tower, image and video processors.
+
+GLM46V = open(os.path.join(ROOT, "templates", "chat", "glm46v.jinja")).read()
+FP8 = {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                               "weight_block_size": [128, 128]}}
+
+
+@pytest.fixture(scope="module")
+def vision_folder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("glm46v")
+    for name, content in h.folder_files(GLM46V, "glm4v_moe", 8, FP8).items():
+        (out / name).write_text(content)
+    return out
+
+
+def test_the_vision_config_has_glm_4_6v_shapes_with_the_language_model_cut_to_the_layers_given():
+    config = h.model_config("glm4v_moe", layers=8)
+    assert config["architectures"] == ["Glm4vMoeForConditionalGeneration"] and config["model_type"] == "glm4v_moe"
+    text, vision = config["text_config"], config["vision_config"]
+    assert text["model_type"] == "glm4v_moe_text" and text["num_hidden_layers"] == 8
+    assert (text["hidden_size"], text["n_routed_experts"], text["num_experts_per_tok"]) == (4096, 128, 8)
+    assert text["rope_parameters"]["mrope_section"] == [8, 12, 12] and text["max_position_embeddings"] == 131072
+    assert text["num_nextn_predict_layers"] == 0  # GLM-4.6V ships no MTP layer
+    shape = (vision["depth"], vision["hidden_size"], vision["out_hidden_size"], vision["patch_size"])
+    assert shape == (24, 1536, 4096, 14)
+    assert "num_hidden_layers" not in config and h.model_config("glm4v_moe")["text_config"]["num_hidden_layers"] == 46
+    # a dict given for text_config or vision_config changes only the keys it names
+    cut = h.model_config("glm4v_moe", overrides={"vision_config": {"depth": 2}})
+    assert cut["vision_config"]["depth"] == 2 and cut["vision_config"]["hidden_size"] == 1536
+    assert h.describe(cut)["vision_blocks"] == 2 and h.describe(cut)["layers"] == 46
+
+
+def test_the_media_token_ids_are_the_tokenizers_and_each_is_one_token(vision_folder):
+    tok = Tokenizer.from_file(str(vision_folder / "tokenizer.json"))
+    config = json.loads((vision_folder / "config.json").read_text())
+    for key, token in (("image_start_token_id", "<|begin_of_image|>"), ("image_end_token_id", "<|end_of_image|>"),
+                       ("video_start_token_id", "<|begin_of_video|>"), ("video_end_token_id", "<|end_of_video|>"),
+                       ("image_token_id", "<|image|>"), ("video_token_id", "<|video|>")):
+        assert tok.token_to_id(token) == config[key], key
+        assert tok.encode("a%sb" % token).ids.count(config[key]) == 1, key
+    # in the real tokenizer's order: <|image|> sits 24 ids after <|begin_of_image|> (151363 - 151339)
+    assert config["image_token_id"] - config["image_start_token_id"] == 151363 - 151339
+    stops = [tok.id_to_token(i) for i in config["text_config"]["eos_token_id"]]
+    assert stops == ["<|endoftext|>", "<|user|>", "<|observation|>"]
+    assert json.loads((vision_folder / "generation_config.json").read_text())["eos_token_id"] == \
+        config["text_config"]["eos_token_id"]
+
+
+def test_the_vision_folder_has_glm_4_6v_image_and_video_processors(vision_folder):
+    image = json.loads((vision_folder / "preprocessor_config.json").read_text())
+    video = json.loads((vision_folder / "video_preprocessor_config.json").read_text())
+    assert (image["image_processor_type"], image["processor_class"]) == ("Glm46VImageProcessor", "Glm46VProcessor")
+    assert (video["video_processor_type"], video["processor_class"]) == ("Glm46VVideoProcessor", "Glm46VProcessor")
+    # at most 12,288 image tokens: longest_edge is a pixel area, 28 x 28 pixels a token
+    assert image["size"]["longest_edge"] // (28 * 28) == 12288 and video["size"]["longest_edge"] == 47040000
+    assert image["patch_size"] * image["merge_size"] == 28
+    # the text folder has neither
+    assert "preprocessor_config.json" not in h.folder_files(GLM, "glm4_moe", 8)
+
+
+def test_an_fp8_vision_folder_keeps_the_vision_tower_and_the_dense_mlp_in_bf16(vision_folder):
+    config = json.loads((vision_folder / "config.json").read_text())
+    ignored = config["quantization_config"]["ignored_layers"]
+    assert config["quantization_config"]["weight_block_size"] == [128, 128] and "quantization_config" not in \
+        config["text_config"]
+    # checkpoint names, which vLLM maps to its own (model.language_model. -> language_model.model.)
+    assert ignored[:3] == ["model.language_model.layers.0.mlp.gate_proj", "model.language_model.layers.0.mlp.up_proj",
+                           "model.language_model.layers.0.mlp.down_proj"]
+    assert "model.visual.blocks.23.attn.qkv" in ignored and "model.visual.merger.down_proj" in ignored
+    assert len(ignored) == 3 + 24 * 5 + 4 and len(set(ignored)) == len(ignored)
+    assert not any(".experts." in n or "layers.1." in n for n in ignored)  # the MoE layers stay FP8
+    two = h.model_config("glm4v_moe", 8, dict(FP8, vision_config={"depth": 2}))
+    assert len(two["quantization_config"]["ignored_layers"]) == 3 + 2 * 5 + 4
+
+
+def _render(template, messages, **kw):
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = json.dumps
+    return env.from_string(template).render(messages=messages, add_generation_prompt=True, **kw)
+
+
+def test_the_glm_4_6v_template_puts_the_media_tokens_where_the_parts_are(vision_folder):
+    template = json.loads((vision_folder / "tokenizer_config.json").read_text())["chat_template"]
+    assert template == GLM46V == (vision_folder / "chat_template.jinja").read_text()
+    parts = [{"type": "text", "text": "Compare "}, {"type": "image"}, {"type": "text", "text": " and "},
+             {"type": "video"}]
+    out = _render(template, [{"role": "user", "content": parts}], enable_thinking=False)
+    assert out == ("[gMASK]<sop><|user|>\nCompare <|begin_of_image|><|image|><|end_of_image|> and "
+                   "<|begin_of_video|><|video|><|end_of_video|><|assistant|>\n<think></think>")
+    # plain text content renders as the text template does
+    plain = [{"role": "user", "content": "Weather in Paris?"}]
+    assert _render(template, plain, tools=TOOLS) == _render(GLM, plain, tools=TOOLS)
+
+
+def test_the_glm_4_6v_template_loops_over_the_content_so_vllm_hands_it_the_parts():
+    # vLLM 0.26.0 (renderers/hf.py) passes a message's parts to a template with a `for ... in content`
+    # loop ("openai" content format); without one it flattens them into text ("string").
+    from jinja2 import Environment, nodes
+    loops = list(Environment().parse(GLM46V).find_all(nodes.For))
+    assert any(isinstance(loop.iter, nodes.Name) and loop.iter.name == "content" for loop in loops)

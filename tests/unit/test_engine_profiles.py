@@ -115,11 +115,26 @@ def test_vllm_recipe_flags_say_what_the_recipe_says():
     assert json.loads(opts["--structured-outputs-config"]) == {"backend": "xgrammar"}
     assert json.loads(opts["--default-chat-template-kwargs"]) == {"enable_thinking": False}
     assert json.loads(opts["--override-generation-config"]) == {"top_k": 20, "max_new_tokens": 32768}
-    assert opts["--allowed-media-domains"] == "invalid"  # data: URLs only
+    assert opts["--allowed-media-domains"] == "data-urls-only/"  # data: URLs only: no URL's host has a "/"
     assert opts["--kv-cache-memory-bytes"] == str(60 * 1024 ** 3)
     assert float(opts["--gpu-memory-utilization"]) == pytest.approx(1 - 7.5 * 1024 / 97887, abs=1e-4)
     assert "--quantization" not in opts  # the checkpoint is FP8 already
     assert "--enable-auto-tool-choice" in argv and "--enable-prefix-caching" in argv
+
+
+def test_vllm_media_domains_are_fetched_without_redirects():
+    settings, paths, facts = CASES["vllm-recipe"]
+    out = engine_command(dict(settings, llm_media_urls=["cdn.example.org"]), paths, facts)
+    opts = dict(zip(out["argv"], out["argv"][1:]))
+    assert opts["--allowed-media-domains"] == "cdn.example.org"
+    # vLLM would follow a redirect from an allowed domain to any host
+    assert out["env"]["VLLM_MEDIA_URL_ALLOW_REDIRECTS"] == "0"
+    assert out["display"].startswith("VLLM_API_KEY=<llm_api_key> \\\nVLLM_MEDIA_URL_ALLOW_REDIRECTS=0 \\\nvllm serve")
+    for media in ("data_only", "any"):
+        assert "VLLM_MEDIA_URL_ALLOW_REDIRECTS" not in engine_command(dict(settings, llm_media_urls=media), paths,
+                                                                      facts)["env"]
+    assert "VLLM_MEDIA_URL_ALLOW_REDIRECTS" not in engine_command(
+        dict(settings, llm_media_urls=["cdn.example.org"], llm_vision=False), paths, facts)["env"]
 
 
 def test_llamacpp_context_is_per_slot():

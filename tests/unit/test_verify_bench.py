@@ -2,6 +2,7 @@
 server-sent events in pieces, the checks' judgements (tool calls, JSON, counting), the engine figures
 read from Prometheus text, prompt sizing and the plots. The whole of both, against the real llama.cpp
 engine, is molecule default's verify step."""
+import base64
 import http.server
 import json
 import struct
@@ -212,3 +213,100 @@ def test_a_step_counting_job_reports_its_step_in_the_progress_line(tmp_path):
         state = json.load(f)
     line = progress_line(state, now=state["started"] + 42)
     assert line == "step 2 of 9: JSON, instruction only, 42 s"
+
+
+class MediaEngine(object):
+    """A stand-in for an engine's chat endpoint that counts media the way GLM-4.6V's processor does (an image
+    of w x h pixels: max(16, w * h / 784) tokens plus its two marker tokens; a video: 16 tokens for each two
+    frames), refuses a corrupt file or a URL with a 400, and can be told to misbehave."""
+
+    def __init__(self, corrupt_status=400, fetches_urls=False, dies_after_refusal=False):
+        self.corrupt_status, self.fetches_urls, self.dies = corrupt_status, fetches_urls, dies_after_refusal
+        self.refused = 0
+
+    def chat(self, messages, **params):
+        if self.dies and self.refused:
+            raise EndpointError(None, "did not answer")
+        tokens = 10
+        for part in messages[0]["content"] if isinstance(messages[0]["content"], list) else [messages[0]["content"]]:
+            if isinstance(part, str) or part["type"] == "text":
+                tokens += len((part if isinstance(part, str) else part["text"]).split())
+                continue
+            url = part[part["type"]]["url"]
+            if not url.startswith("data:"):
+                if not self.fetches_urls:
+                    self.refused += 1
+                    raise EndpointError(400, "The URL must be from one of the allowed domains")
+                tokens += 18
+                continue
+            data = base64.b64decode(url.split(",", 1)[1])
+            if part["type"] == "image_url":
+                if data[12:16] != b"IHDR":
+                    self.refused += 1
+                    raise EndpointError(self.corrupt_status, "cannot identify image file")
+                width, height = struct.unpack(">II", data[16:24])
+                tokens += max(16, width * height // 784) + 2
+            else:
+                if data[12:16] != b"LIST":
+                    self.refused += 1
+                    raise EndpointError(self.corrupt_status, "could not open video")
+                frames = struct.unpack("<I", data[data.index(b"avih") + 24:data.index(b"avih") + 28])[0]
+                tokens += 16 * ((frames + 1) // 2) + 2
+        return {"usage": {"prompt_tokens": tokens}, "choices": [{"message": {"content": ""}}]}, 0.01
+
+
+def media_checks(engine, **opts):
+    v = verify.Verifier(engine, dict({"vision": True, "dummy": True, "media_urls": "data_only"}, **opts))
+    return v.image_input(), v.video_input()
+
+
+def test_media_checks_pass_against_an_engine_that_counts_and_refuses():
+    image, video = media_checks(MediaEngine())
+    assert (image["status"], image["passed"], image["total"], image["counted"]) == ("pass", 5, 5, True)
+    assert image["tokens"] == {"a 64x64 PNG": 18, "a 448x672 PNG": 386}
+    assert (video["status"], video["passed"], video["total"]) == ("pass", 3, 3)
+    assert video["tokens"]["a 4.5 s clip"] > video["tokens"]["a 2.25 s clip"] > 0
+    assert image["group"] == video["group"] == "media"
+    # media_urls: any asks for no refusal of URLs
+    assert media_checks(MediaEngine(fetches_urls=True), media_urls="any")[0]["total"] == 4
+
+
+@pytest.mark.parametrize("engine, media_urls, expect", [
+    (MediaEngine(fetches_urls=True), "data_only",
+     "an http URL llm_media_urls does not allow (http://media-check.invalid/gpuserve.png): accepted"),
+    (MediaEngine(fetches_urls=True), ["cdn.example.org"], "accepted"),
+    (MediaEngine(corrupt_status=500), "data_only", "a corrupt PNG: answered 500, not a client error"),
+    (MediaEngine(dies_after_refusal=True), "data_only", "a corrupt PNG: refused, but the engine stopped serving"),
+])
+def test_media_checks_fail_when_the_engine_takes_what_it_must_refuse(engine, media_urls, expect):
+    image, _video = media_checks(engine, media_urls=media_urls)
+    assert image["status"] == "fail" and image["counted"]
+    assert any(expect in e for e in image["examples"]), image["examples"]
+
+
+def test_media_checks_do_not_run_without_vision_and_colours_need_real_weights():
+    v = verify.Verifier(MediaEngine(), {"vision": False, "dummy": True})
+    assert v.image_input()["status"] == v.video_input()["status"] == "not_run"
+    images = verify.Verifier(MediaEngine(), {"vision": True, "dummy": True}).images()
+    assert images["status"] == "not_run" and "real weights" in images["why"]
+
+
+def test_the_avi_is_one_uncompressed_top_down_stream_with_an_index_entry_per_frame():
+    colours = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
+    data = prompts.avi(colours, size=16, fps=4)
+    assert data[:4] == b"RIFF" and data[8:12] == b"AVI " and struct.unpack("<I", data[4:8])[0] == len(data) - 8
+    strf = data.index(b"strf") + 8
+    width, height = struct.unpack("<ii", data[strf + 4:strf + 12])
+    assert (width, height) == (16, -16) and struct.unpack("<H", data[strf + 14:strf + 16])[0] == 24
+    movi = data.index(b"movi")
+    first = data[movi + 4:movi + 12]
+    assert first[:4] == b"00db" and struct.unpack("<I", first[4:])[0] == 16 * 16 * 3
+    assert data[movi + 12:movi + 15] == b"\x00\x00\xff"  # BGR: the first frame is red
+    idx = data[data.index(b"idx1") + 8:]
+    assert len(idx) == 16 * len(colours) and struct.unpack("<I", idx[8:12])[0] == 4  # offsets from 'movi'
+
+
+def test_noise_pngs_differ_by_seed_and_have_the_size_asked():
+    a, b = prompts.noise_png(40, 30, 1), prompts.noise_png(40, 30, 2)
+    assert a != b and a == prompts.noise_png(40, 30, 1)
+    assert struct.unpack(">II", a[16:24]) == (40, 30)

@@ -1,0 +1,66 @@
+"""The collection's own vLLM patches (patches/vllm): the series the image stage reads names them in
+order, each is a git diff of vLLM's own files, and what each adds does what its subject says - run here
+from the patch text itself, since vLLM is not installed on this machine (tests/gpu/RESULTS.md has the
+patched vLLM 0.26.0 serving)."""
+import os
+import re
+
+from ansible_collections.gpuserve.llm.plugins.filter.engines import patch_series
+from ansible_collections.gpuserve.llm.plugins.module_utils import prompts
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VLLM = os.path.join(ROOT, "patches", "vllm")
+
+
+def read(name):
+    with open(os.path.join(VLLM, name)) as f:
+        return f.read()
+
+
+def added(name, starting):
+    """The run of lines a patch adds from the one starting with `starting`, as source text."""
+    lines = read(name).splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("+" + starting))
+    out = []
+    for line in lines[first:]:
+        if not line.startswith("+"):
+            break
+        out.append(line[1:])
+    return "\n".join(out)
+
+
+def test_the_series_names_each_patch_in_order_and_each_is_a_diff_of_vllms_files():
+    series = patch_series(VLLM)
+    names = [p["name"] for p in series["patches"]]
+    assert names == ["0001-refuse-bottom-up-raw-avi.patch", "0002-decompression-bomb-is-a-client-error.patch"]
+    for name in names:
+        with open(os.path.join(VLLM, name)) as f:
+            text = f.read()
+        files = re.findall(r"^diff --git a/(\S+) b/\1$", text, re.M)
+        assert files and all(f.startswith("vllm/") for f in files), name
+
+
+def test_the_avi_guard_refuses_bottom_up_raw_frames_and_passes_the_rest():
+    ns = {}
+    exec(added("0001-refuse-bottom-up-raw-avi.patch", "def refuse_bottom_up_raw_avi"), ns)
+    refuse = ns["refuse_bottom_up_raw_avi"]
+    top_down = prompts.avi([(255, 0, 0), (0, 0, 255)], size=16)
+    strf = top_down.index(b"strf") + 8
+    bottom_up = top_down[:strf + 8] + (16).to_bytes(4, "little") + top_down[strf + 12:]
+    refuse(top_down)  # what verify sends: OpenCV reads it
+    refuse(b"\x00\x00\x00\x18ftypmp42" + b"\x00" * 64)  # not an AVI
+    try:
+        refuse(bottom_up)
+    except ValueError as e:
+        assert "bottom-up" in str(e)
+    else:
+        raise AssertionError("a bottom-up uncompressed AVI passed")
+    # the check sits where every OpenCV video backend opens its input
+    assert re.search(r"^ +def open_video_capture\(cls, data: bytes\).*\n\+ +refuse_bottom_up_raw_avi\(data\)$",
+                     read("0001-refuse-bottom-up-raw-avi.patch"), re.M)
+
+
+def test_an_image_past_pillows_bomb_limit_becomes_a_client_error():
+    assert "+            Image.DecompressionBombError," in read("0002-decompression-bomb-is-a-client-error.patch")
+    from PIL import Image
+    assert not issubclass(Image.DecompressionBombError, OSError)  # why vLLM's except missed it
