@@ -86,20 +86,34 @@ def _dummy(s):
     return s.get("llm_weights") == "dummy"
 
 
-# The dummy model folder (vLLM, SGLang) is a text model with an MTP layer and no draft model.
-_DUMMY_FOLDER = [
-    ("llm_vision", lambda s: _dummy(s) and bool(s.get("llm_vision")),
-     "the dummy model folder is a text-only GLM-4.5-Air-shaped model (no vision tower)",
-     "set llm_vision: false for burn-in, or llm_weights: hub"),
-    ("llm_drafter", lambda s: _dummy(s) and s.get("llm_drafter") not in DRAFTER_METHODS,
-     "dummy mode makes no draft model folder for this engine",
-     "set llm_drafter: mtp (the dummy config has an MTP layer), ngram or off, or llm_weights: hub"),
-]
+# The dummy model folders (vLLM, SGLang): GLM-4.5-Air's text shape with an MTP layer, or with
+# llm_vision GLM-4.6V's shape (its vision tower, no MTP layer); no draft model folder.
+_DUMMY_DRAFT = (
+    "llm_drafter", lambda s: _dummy(s) and s.get("llm_drafter") not in DRAFTER_METHODS,
+    "dummy mode makes no draft model folder for this engine",
+    "set llm_drafter: mtp (the text folder has an MTP layer), ngram or off, or llm_weights: hub")
+GLM_VISION = re.compile(r"glm-4\.\dv", re.I)
+
+
+def _glm_vision(s):
+    """GLM-4.5V/4.6V: the burn-in vision folder, or such a repo named with vision on."""
+    return bool(s.get("llm_vision")) and (_dummy(s) or bool(GLM_VISION.search(s.get("llm_model") or "")))
+
 
 # What an engine cannot do: (setting, predicate on the settings, why, the alternative).
 UNSUPPORTED = {
-    "vllm": list(_DUMMY_FOLDER),
-    "sglang": list(_DUMMY_FOLDER) + [
+    "vllm": [
+        _DUMMY_DRAFT,
+        ("llm_drafter", lambda s: _glm_vision(s) and s.get("llm_drafter") == "mtp",
+         "vLLM 0.26.0 has no MTP drafting for GLM's vision models (Glm4vMoeForConditionalGeneration): it exits with "
+         "\"Unsupported speculative method: 'mtp'\"",
+         "set llm_drafter: ngram or off, or llm_vision: false with a text model"),
+    ],
+    "sglang": [
+        _DUMMY_DRAFT,
+        ("llm_vision", lambda s: _dummy(s) and bool(s.get("llm_vision")),
+         "the burn-in vision folder (GLM-4.6V's shape) is proven on vLLM only",
+         "set llm_vision: false for burn-in on SGLang, llm_engine: vllm, or llm_weights: hub"),
         ("llm_media_urls", lambda s: s.get("llm_vision") and s.get("llm_media_urls") != "any",
          "SGLang has no way to refuse http(s) media URLs",
          "set llm_media_urls: any to serve on SGLang (it fetches any URL), or llm_engine: vllm"),
@@ -184,9 +198,9 @@ def load_specs(collection):
     options, prefixes, internal = {}, set(), set()
     for role_dir in sorted(glob.glob(os.path.join(collection, "roles", "*"))):
         role = os.path.basename(role_dir)
-        prefixes.add(role + "_")
         spec_file = os.path.join(role_dir, "meta", "argument_specs.yml")
-        if os.path.exists(spec_file):
+        if os.path.exists(spec_file):  # a role without one has no settings (its callers give its parameters)
+            prefixes.add(role + "_")
             with open(spec_file) as f:
                 for entry in (yaml.safe_load(f) or {}).get("argument_specs", {}).values():
                     for name, option in (entry.get("options") or {}).items():

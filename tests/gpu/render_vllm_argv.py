@@ -22,8 +22,9 @@ RECIPE.update(llm_api_key="sk-not-a-real-key", llm_model_dense="fp8")
 
 VARIANTS = {
     "recipe": {},
-    "recipe-text-model": {"llm_vision": False},
-    "drafter-ngram": {"llm_drafter": "ngram"},
+    # MTP drafting for a text model (vLLM 0.26.0 has none for GLM-4.6V's vision model)
+    "recipe-text-model": {"llm_vision": False, "llm_drafter": "mtp"},
+    "drafter-off": {"llm_drafter": "off"},
     "drafter-model": {"llm_drafter": "org/draft-model"},
     "thinking-on": {"llm_thinking": True},
     "bf16-kv-no-cap": {"llm_kv": "bf16", "llm_kv_cap_gib": 0},
