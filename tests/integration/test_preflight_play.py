@@ -1,6 +1,7 @@
 """`ansible-playbook site.yml --tags preflight` on a fleet of local hosts with replayed GPUs."""
 import glob
 import os
+import re
 import socket
 
 
@@ -59,7 +60,7 @@ def test_check_mode_runs_every_probe_and_changes_nothing(fleet):
 
 def test_cpu_profile_no_driver_and_no_venv_each_say_so(fleet):
     fleet.host("cpu", None, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4",
-               llm_model_dense="q4", llm_reserve_gib=0, llm_kv_cap_gib=0)
+               llm_model_dense="q4", llm_reserve_gib=0, llm_kv_cap_gib=0, llm_drafter="off")
     fleet.host("nodriver", None)
     fleet.host("novenv", "rtxpro6000x4-healthy.json", host_venv_python="/nonexistent/python3", fresh=True)
     fleet.host("fine", "rtxpro6000x4-healthy.json")
@@ -87,8 +88,20 @@ def test_bad_settings_stop_their_host_before_anything_changes(fleet):
     sglang = fleet.host("sglang", "rtxpro6000x4-healthy.json", fresh=True, llm_engine="sglang", llm_kv_cap_gib=0)
     fleet.host("fine", "rtxpro6000x4-healthy.json", llm_paralel=8)
     fleet.host("keyed", "rtxpro6000x4-healthy.json", llm_api_key=["sk-TOPSECRET-123"])
+    # a role's knobs are settings too: refused with the same codes, before the virtualenv
+    watts = fleet.host("watts", "rtxpro6000x4-healthy.json", fresh=True, preflight_expected_power_w="250W",
+                       preflight_min_free_mib=-1)
+    # a host that fails for another reason (here: unreachable) is never reported OK
+    fleet.host("gone", None, ansible_connection="ssh", ansible_host="127.0.0.1", ansible_port=1)
     result = fleet.run("site.yml", "--tags", "preflight", "-v")
-    assert result.rc == 2, result
+    assert result.rc == 2 or result.rc == 4, result
+    assert result.codes("watts") == ["E_CONFIG", "E_CONFIG"]
+    assert "preflight_expected_power_w is '250W'; allowed: a number" in " ".join(result.output.split())
+    assert "preflight_min_free_mib is -1; allowed: 0 to any" in " ".join(result.output.split())
+    assert not os.path.exists(str(watts / "bin" / "python"))
+    report = result.report()
+    assert report["watts"]["status"] == "ERROR" and report["gone"]["status"] == "FAILED", report["gone"]
+    assert re.search(r"^\s*- gone +FAILED +hub +-$", result.output, re.M), result
     assert result.codes("typo") == ["E_CONFIG"]
     assert result.codes("long") == ["E_CONTEXT"]
     assert result.codes("sglang") == ["E_UNSUPPORTED"]
