@@ -115,6 +115,13 @@ def docker(docker_host, *args, **kwargs):
                           text=True, check=kwargs.get("check", True))
 
 
+def service_containers(docker_host, prefix):
+    """name -> (id, running) of the service's containers (label gpuserve.llm.service=prefix)."""
+    out = docker(docker_host, "ps", "-a", "--filter", "label=gpuserve.llm.service=" + prefix,
+                 "--format", "{{.Names}} {{.ID}} {{.State}}").stdout.split("\n")
+    return dict((n, (i, s == "running")) for n, i, s in (line.split() for line in out if line.strip()))
+
+
 def broken_image(docker_host):
     """An image with no engine in it (test plumbing: imported from a tar holding one empty file)."""
     import io

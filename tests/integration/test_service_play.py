@@ -1,7 +1,8 @@
 """The service stage for real: site.yml takes a host from preflight to a LIVE, health-checked
 llama.cpp endpoint (Debian's llama-server in a container on the test bed's daemon, the burn-in GGUF
 mounted read-only), a rerun changes nothing, a changed setting rolls to the other slot, a broken
-image is refused with the old container started again, and stop / restart / remove do what they say."""
+image is refused with the old container started again and health-gated (E_ROLLBACK when it fails the gate).
+stop / restart / remove are taken through a whole life, with secrets, in test_weights_hub.py."""
 import json
 import os
 import urllib.error
@@ -9,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from conftest import broken_image, docker
+from conftest import broken_image, docker, service_containers as containers
 
 API_KEY = "sk-service-test-SECRET"
 CPU = dict(llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4", llm_model_dense="q4",
@@ -25,13 +26,6 @@ def get(url, key=API_KEY, body=None):
     data = json.dumps(body).encode() if body is not None else None
     with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=30) as r:
         return json.loads(r.read())
-
-
-def containers(docker_host, prefix):
-    """name -> (id, running) of the service's containers."""
-    out = docker(docker_host, "ps", "-a", "--filter", "label=gpuserve.llm.service=" + prefix,
-                 "--format", "{{.Names}} {{.ID}} {{.State}}").stdout.split("\n")
-    return dict((n, (i, s == "running")) for n, i, s in (line.split() for line in out if line.strip()))
 
 
 @pytest.fixture
@@ -115,41 +109,6 @@ def test_a_new_container_that_fails_is_removed_and_the_old_one_serves_again(serv
     assert both.says("E_ROLLBACK [error] cpu1 %s-a: the previous container %s-a was started again but did not pass "
                      "the health gate" % (prefix, prefix)), both
     assert both.says("The last lines of its log:") and not both.says("passed the health gate"), both
-
-
-def test_stop_keeps_logs_and_settings_restart_rolls_remove_takes_it_off(service, docker_host, tmp_path):
-    fleet, prefix = service
-    assert fleet.run("site.yml").rc == 0
-    # a restart of a serving engine rolls to the other slot
-    rolled = fleet.run("playbooks/restart.yml")
-    assert rolled.rc == 0 and rolled.recap["cpu1"]["changed"] >= 1, rolled
-    assert list(containers(docker_host, prefix)) == [prefix + "-b"]
-
-    # stop keeps the log and what the container was started with, not this run's variables
-    stopped = fleet.run("playbooks/stop.yml", "-e", "llm_parallel=9")
-    assert stopped.rc == 0, stopped
-    kept = containers(docker_host, prefix)
-    assert list(kept) == [prefix + "-b"] and not kept[prefix + "-b"][1]  # stopped, kept for docker logs
-    runs = list((tmp_path / "logs" / "cpu1").iterdir())
-    assert len(runs) == 1
-    log = (runs[0] / (prefix + "-b.log")).read_text()
-    assert "llama" in log and "listening" in log, log[-2000:]
-    settings = json.loads((runs[0] / "settings.json").read_text())
-    assert settings["settings"]["llm_parallel"] == 4 and settings["settings"]["llm_api_key"] == "<hidden>"
-    assert settings["containers"][0]["gpuserve.llm.engine"] == "llamacpp"
-    assert API_KEY not in (runs[0] / "settings.json").read_text()
-
-    # restarted after a stop: a new container, and the stopped one does not stay behind in the other slot
-    restarted = fleet.run("playbooks/restart.yml")
-    assert restarted.rc == 0 and restarted.says("is now LIVE! on port 18130"), restarted
-    now = containers(docker_host, prefix)
-    assert list(now) == [prefix + "-a"] and now[prefix + "-a"][1], now
-
-    removed = fleet.run("playbooks/remove.yml")
-    assert removed.rc == 0, removed
-    assert containers(docker_host, prefix) == {}
-    # the image stays unless asked for
-    assert docker(docker_host, "images", "-q", "gpuserve/llama.cpp").stdout.strip()
 
 
 def test_check_mode_on_a_fresh_host_says_what_would_happen_and_changes_nothing(service, docker_host, tmp_path):

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_gguf
-from conftest import TESTS, broken_image, docker, files_text, find_secrets
+from conftest import TESTS, broken_image, docker, files_text, find_secrets, service_containers
 
 REPO = "acme/tiny-chat-GGUF"
 TOKEN = "hf_standin_SECRET_token"
@@ -223,8 +223,9 @@ def _vaulted(fleet, name, value):
 
 
 def test_no_secret_is_written_anywhere_in_a_whole_life_of_the_service(fleet, hub, docker_host, tmp_path):
-    """site.yml with weights from the hub (a token) and the API key from Ansible Vault, verify, bench, stop,
-    restart with a new key, remove, all at -vvv, and the failure paths (a refused token: E_AUTH; a wrong key:
+    """site.yml with weights from the hub (a token) and the API key from Ansible Vault, verify, bench, a
+    rolling restart, stop (keeping the log and what the engine was started with), restart with a new key (no
+    stopped container left behind), remove, all at -vvv, and the failure paths (a refused token: E_AUTH; a wrong key:
     E_ENDPOINT; an engine that fails health: E_HEALTH with its log end). Then every form of every secret is
     looked for in Ansible's output, every file the runs wrote on the workstation and the host, and every
     container's inspect output but the engine's environment (the one place the key must be)."""
@@ -259,19 +260,40 @@ def test_no_secret_is_written_anywhere_in_a_whole_life_of_the_service(fleet, hub
         assert wrong.rc != 0 and wrong.says("E_ENDPOINT"), wrong
         broken = run("failing engine", "site.yml", "-e", "llm_image=" + broken_image(docker_host), *vault)
         assert broken.rc != 0 and broken.says("E_HEALTH") and broken.says("passed the health gate"), broken
+        # a restart of a serving engine rolls to the other slot
+        assert run("restart", "playbooks/restart.yml", *vault).rc == 0, runs["restart"]
+        assert list(service_containers(docker_host, prefix)) == [prefix + "-b"]
+
+        # stop keeps the log and what the container was started with, not this run's variables
+        stopped = run("stop", "playbooks/stop.yml", "-e", "llm_parallel=9", *vault)
+        assert stopped.rc == 0, stopped
+        kept = service_containers(docker_host, prefix)
+        assert list(kept) == [prefix + "-b"] and not kept[prefix + "-b"][1]  # stopped, kept for docker logs
+        [saved] = list((tmp_path / "logs" / "s1").iterdir())
+        log = (saved / (prefix + "-b.log")).read_text()
+        assert "llama" in log and "listening" in log, log[-2000:]
+        settings = json.loads((saved / "settings.json").read_text())
+        assert settings["settings"]["llm_parallel"] == 4 and settings["settings"]["llm_api_key"] == "<hidden>"
+        assert settings["settings"]["llm_hf_token"] == "<hidden>"
+        assert settings["containers"][0]["gpuserve.llm.engine"] == "llamacpp"
         before = labels()
-        assert run("stop", "playbooks/stop.yml", *vault).rc == 0, runs["stop"]
+
+        # restarted after a stop, with a new key: a new container, the stopped one not left in the other slot
         rotated = run("restart, new key", "playbooks/restart.yml", "-e", "llm_api_key=" + new_key)
         assert rotated.rc == 0 and rotated.says("is now LIVE! on port 18142"), rotated
+        now = service_containers(docker_host, prefix)
+        assert list(now) == [prefix + "-a"] and now[prefix + "-a"][1], now
         after = labels()
-        # A new container for the new key, and yet the same configuration label: it says nothing of the key.
-        assert len(before) == len(after) == 1
+        # and yet the same configuration label: it says nothing of the key.
         assert before[0]["gpuserve.llm.config"] == after[0]["gpuserve.llm.config"]
         for container in docker(docker_host, "ps", "-aq", "--filter", "label=gpuserve.llm.service=" + prefix).stdout.split():
             data = json.loads(docker(docker_host, "inspect", container).stdout)[0]
             assert any(e.startswith("LLAMA_API_KEY=") for e in data["Config"].pop("Env"))
             inspected["docker inspect " + data["Name"]] = json.dumps(data)
         assert run("remove", "playbooks/remove.yml", "-e", "llm_api_key=" + new_key).rc == 0, runs["remove"]
+        assert service_containers(docker_host, prefix) == {}
+        # the image stays unless asked for
+        assert docker(docker_host, "images", "-q", "gpuserve/llama.cpp").stdout.strip()
     finally:
         for name in docker(docker_host, "ps", "-aq", "--filter", "label=gpuserve.llm.service=" + prefix).stdout.split():
             docker(docker_host, "rm", "-f", name, check=False)
