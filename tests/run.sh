@@ -19,6 +19,35 @@ phase() {  # phase NAME COMMAND...: run it, time it, keep the line for the summa
   record_pass "$name" $((SECONDS - start))
 }
 
+# Phases side by side (on 2 cores, the setup waits on the network and debootstrap, and the checks
+# are single-threaded each): together NAME COMMAND -- NAME COMMAND -- ...; each its own log, printed
+# when all have ended, each its own phase line; a phase that passed on these inputs is not run.
+together() {
+  local dir names=() pids=() name i rc=0 code secs cmd=()
+  dir=$(mktemp -d)
+  while [[ $# -gt 0 ]]; do
+    name=$1 cmd=()
+    shift
+    while [[ $# -gt 0 && $1 != -- ]]; do cmd+=("$1"); shift; done
+    [[ $# -gt 0 ]] && shift
+    cached "$name" && continue
+    names+=("$name")
+    ( start=$SECONDS c=0; "${cmd[@]}" > "$dir/${#names[@]}.log" 2>&1 || c=$?
+      echo "$c $((SECONDS - start))" > "$dir/${#names[@]}.rc" ) &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || true; done
+  for i in "${!names[@]}"; do
+    echo "=== ${names[$i]} (side by side)"
+    cat "$dir/$((i + 1)).log"
+    read -r code secs < "$dir/$((i + 1)).rc"
+    PHASES+=("$(printf '%-52s %4ss  %s' "${names[$i]}" "$secs" "$([[ $code == 0 ]] && echo ok || echo "FAILED (rc $code)")")")
+    if [[ $code == 0 ]]; then record_pass "${names[$i]}" "$secs"; else rc=$code; fi
+  done
+  rm -rf "$dir"
+  if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
+}
+
 # Checks' results by their inputs, the way Bazel caches test results: a check that passed is not
 # run again while every input is the same - each file of the tree (tracked, and untracked but not
 # ignored), the virtualenvs' pins and interpreters, the test-host image, the llama.cpp roots made
@@ -179,12 +208,6 @@ llamacpp_root() {
       "mirror": "{{ image_debian_mirror }}", "cache_dir": "'"$GPUSERVE_TEST_IMAGE_CACHE"'"}'
 }
 
-testhost_image() {
-  GPUSERVE_TESTHOST_IMAGE=$(DOCKER_HOST=$GPUSERVE_TEST_DOCKER_HOST tests/testbed/images.sh) || return 1
-  export GPUSERVE_TESTHOST_IMAGE
-  echo "$GPUSERVE_TESTHOST_IMAGE"
-}
-
 in_venv() {  # in_venv COMMAND...: with .venv's tools first on PATH and the test bed's daemon as DOCKER_HOST
   env PATH="$PWD/.venv/bin:$PATH" DOCKER_HOST="$GPUSERVE_TEST_DOCKER_HOST" "$@"
 }
@@ -193,33 +216,41 @@ phase "Debian packages (docker.io, debootstrap, shellcheck, docker-registry, rsy
 phase "test bed Docker daemon" start_testbed
 
 PY311=$(find_python 3.11 || command -v python3)
-phase "venv .venv ($("$PY311" -V 2>&1), ansible-core 2.19)" \
-  scripts/venv.sh .venv "$PY311" requirements-test.txt requirements-lint.txt
-if PY312=$(find_python 3.12); then
-  phase "venv .venv-latest ($("$PY312" -V 2>&1), newest ansible-core)" \
-    scripts/venv.sh .venv-latest "$PY312" requirements-test.txt
-elif [[ ${GPUSERVE_SKIP_LATEST:-0} == 1 ]]; then
-  echo "no Python 3.12: the newest ansible-core is not tested (GPUSERVE_SKIP_LATEST=1)"
-else
+PY312=$(find_python 3.12 || true)
+if [[ -z $PY312 && ${GPUSERVE_SKIP_LATEST:-0} != 1 ]]; then
   echo "no Python 3.12 found for the newest ansible-core; set GPUSERVE_SKIP_LATEST=1 to go on without" >&2
   exit 1
 fi
-phase "test-host image (debootstrap, cached by tag)" testhost_image
+[[ -n $PY312 ]] || echo "no Python 3.12: the newest ansible-core is not tested (GPUSERVE_SKIP_LATEST=1)"
+# The test-host image's tag goes through a file: the phase runs in a subshell.
+TESTHOST_TAG=$(mktemp)
+testhost_image() {
+  DOCKER_HOST=$GPUSERVE_TEST_DOCKER_HOST tests/testbed/images.sh > "$TESTHOST_TAG" || return 1
+  cat "$TESTHOST_TAG"
+}
+LATEST=()  # the phase for the newest ansible-core, where Python 3.12 is
+[[ -z $PY312 ]] || LATEST=(-- "venv .venv-latest ($("$PY312" -V 2>&1), newest ansible-core)"
+                           scripts/venv.sh .venv-latest "$PY312" requirements-test.txt)
+together "venv .venv ($("$PY311" -V 2>&1), ansible-core 2.19)" \
+    scripts/venv.sh .venv "$PY311" requirements-test.txt requirements-lint.txt \
+  -- "test-host image (debootstrap, cached by tag)" testhost_image "${LATEST[@]}"
+GPUSERVE_TESTHOST_IMAGE=$(cat "$TESTHOST_TAG")
+export GPUSERVE_TESTHOST_IMAGE
+rm -f "$TESTHOST_TAG"
 phase "test wheelhouse (requirements-host.txt + NVML double)" tests/testbed/wheelhouse.sh .venv/bin/python
 phase "llama.cpp root (debootstrap from Debian's packages, kept by version)" llamacpp_root
 inputs_key
 
 check_phase "yamllint" .venv/bin/yamllint -s .
 check_phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh scripts/*.sh .ci/run
-check_phase "ansible-lint (production profile, offline)" in_venv ansible-lint -q
-check_phase "collection build, install --no-deps, module run" tests/testbed/package.sh .venv
-check_phase "ansible-test sanity, ansible-core 2.19" tests/testbed/sanity.sh .venv
-if [[ -x .venv-latest/bin/python ]]; then
-  check_phase "ansible-test sanity, newest ansible-core" tests/testbed/sanity.sh .venv-latest
-fi
-# Playbooks run under both: molecule converges with ansible-core 2.19, tests/integration with the
-# newest (or 2.19 where no Python 3.12 is).
-check_phase "pytest unit, ansible-core 2.19" run_pytest .venv tests/unit
+# Three lanes side by side on the 2 cores: each check runs one process at a time.
+lane_lint() {
+  in_venv ansible-lint -q && tests/testbed/package.sh .venv && tests/testbed/sanity.sh .venv
+}
+LATEST=()
+[[ -z $PY312 ]] || LATEST=(-- "ansible-test sanity, newest ansible-core" tests/testbed/sanity.sh .venv-latest)
+together "ansible-lint, collection build and install, ansible-test sanity 2.19" lane_lint \
+  -- "pytest unit, ansible-core 2.19" run_pytest .venv tests/unit "${LATEST[@]}"
 start_molecule preflight check_mode default
 if [[ -x .venv-latest/bin/python ]]; then
   check_phase "pytest unit + playbooks, newest ansible-core" run_pytest .venv-latest --durations=10 tests/unit tests/integration
