@@ -58,7 +58,7 @@ def _string(data, pos):
     return data[pos:pos + n].decode("utf-8", "replace"), pos + n
 
 
-def _value(data, pos, kind, keep=True):
+def _value(data, pos, kind):
     if kind in _SCALARS:
         return _take(data, pos, _SCALARS[kind])
     if kind == 8:
@@ -71,8 +71,8 @@ def _value(data, pos, kind, keep=True):
             if end > len(data):
                 raise _Short()
             return None, end
-        for _ in range(count):
-            _item, pos = _value(data, pos, inner, keep=False)
+        for _item_no in range(count):
+            _item, pos = _value(data, pos, inner)
         return None, pos
     raise ValueError("unknown GGUF value type %d" % kind)
 
@@ -88,7 +88,7 @@ def gguf_metadata(data):
         _version, pos = _take(data, 4, "<I")
         _tensors, pos = _take(data, pos, "<Q")
         count, pos = _take(data, pos, "<Q")
-        for _ in range(count):
+        for _key_no in range(count):
             key, pos = _string(data, pos)
             kind, pos = _take(data, pos, "<I")
             meta[key], pos = _value(data, pos, kind)
