@@ -182,17 +182,22 @@ def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_
             drafted.stop()
 
 
-def test_dummy_model_folder_for_vllm_has_the_layers_given_and_refuses_vision(fleet, tmp_path):
+def test_dummy_model_folder_for_vllm_has_the_layers_given_its_vision_shape_and_refuses_mtp_with_it(fleet, tmp_path):
     from tokenizers import Tokenizer
 
     fleet.host("gpu1", "rtxpro6000x4-healthy.json", llm_weights="dummy", llm_vision=False, weights_dummy_layers=8)
-    fleet.host("gpu2", "rtxpro6000x4-healthy.json", llm_weights="dummy")  # vision on: the dummy folder has none
+    fleet.host("gpu2", "rtxpro6000x4-healthy.json", llm_weights="dummy")  # vision on: GLM-4.6V's shape
+    fleet.host("gpu3", "rtxpro6000x4-healthy.json", llm_weights="dummy", llm_drafter="mtp")
     result = fleet.run("site.yml", "--tags", "weights")
-    assert result.recap["gpu1"]["failed"] == 0 and result.recap["gpu2"]["failed"] == 1, result
+    assert [result.recap[h]["failed"] for h in ("gpu1", "gpu2", "gpu3")] == [0, 0, 1], result
     assert result.says("zai-org/GLM-4.6V-FP8: dummy weights - Glm4MoeForCausalLM, 8 layers, config and tokenizer only"), result
-    assert result.says("E_UNSUPPORTED [error] gpu2 llm_vision: llm_vision is True on vllm: the dummy model folder is "
-                       "a text-only"), result
-    assert not (tmp_path / "gpu2" / "data" / "models").exists()
+    # vLLM 0.26.0 has no MTP drafting for GLM's vision model: refused before anything is made
+    assert result.says("E_UNSUPPORTED [error] gpu3 llm_drafter: llm_drafter is 'mtp' on vllm: vLLM 0.26.0 has no MTP "
+                       "drafting for GLM's vision models"), result
+    assert not (tmp_path / "gpu3" / "data" / "models").exists()
+    vision = tmp_path / "gpu2" / "data" / "models" / "dummy" / "zai-org" / "GLM-4.6V-FP8"
+    assert "vision_config" in json.loads((vision / "config.json").read_text())
+    assert (vision / "preprocessor_config.json").exists() and (vision / "chat_template.jinja").exists()
 
     folder = tmp_path / "gpu1" / "data" / "models" / "dummy" / "zai-org" / "GLM-4.6V-FP8"
     config = json.loads((folder / "config.json").read_text())
