@@ -3,7 +3,7 @@
 # torch 2.11.0), made here from PyPI into one ignored folder that a device call carries. The one
 # place that says what each script needs: tests/gpu/RESULTS.md, "Carrying what the scripts need".
 #
-#   bash tests/gpu/carry.sh [PART ...]       PART: preflight (default), sglang, vllm
+#   bash tests/gpu/carry.sh [PART ...]       PART: preflight (default), sglang, vllm, tune
 #
 # Into CARRY_DIR (default: .whl/ in the checkout, ignored by .gitignore):
 #   preflight  ansible/     ansible-core 2.19.14 and what the machine lacks of its needs (wheels)
@@ -14,6 +14,10 @@
 #   vllm       vllm/        vLLM 0.26.0 and the packages it lacks there, installed into site/ and
 #                           packed as vllm-part-NN (<= 60 MiB each, a call carries 64 MiB) + SHA256SUMS;
 #                           on the machine: bash tests/gpu/unpack_vllm.sh CARRY_DIR/vllm
+#   tune       tune/        for tune_moe_reduced.py, beside vllm: Ray 2.60.0's wheel as ray-part-NN (79 MB)
+#                           and benchmark_moe.py, given as BENCHMARK_MOE_PY (vLLM 0.26.0's
+#                           benchmarks/kernels/benchmark_moe.py, from its source tree or sdist, as the
+#                           autotune stage takes it: its serving wheel and image lack it)
 # Each part is made again only when missing; delete its folder to refresh it.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -107,11 +111,22 @@ vllm() {
   rm -rf "$work"
 }
 
+tune() {
+  [[ -f $CARRY/tune/SHA256SUMS ]] && return
+  local benchmark=${BENCHMARK_MOE_PY:-}
+  [[ -f $benchmark ]] || { echo "carry.sh tune: set BENCHMARK_MOE_PY to vLLM 0.26.0's benchmark_moe.py" >&2; exit 2; }
+  rm -rf "$CARRY/tune.tmp"
+  download "$CARRY/tune.tmp" ray==2.60.0
+  (cd "$CARRY/tune.tmp" && basename ray-*.whl > ray-wheel-name && split -b 60M -d -a 2 ray-*.whl ray-part- &&
+    rm ray-*.whl && cp "$benchmark" benchmark_moe.py && sha256sum ray-part-* ray-wheel-name benchmark_moe.py > SHA256SUMS)
+  mv "$CARRY/tune.tmp" "$CARRY/tune"
+}
+
 mkdir -p "$CARRY"
 for part in "${PARTS[@]}"; do
   case $part in
-    preflight | sglang | vllm) "$part" ;;
-    *) echo "carry.sh: no part $part (preflight, sglang, vllm)" >&2; exit 2 ;;
+    preflight | sglang | vllm | tune) "$part" ;;
+    *) echo "carry.sh: no part $part (preflight, sglang, vllm, tune)" >&2; exit 2 ;;
   esac
   echo "$part: $(du -sh "$CARRY/$part" "$CARRY/ansible" "$CARRY/collections" "$CARRY/host" 2>/dev/null |
     awk -v p="$part" '$2 ~ ("/" p "$") || (p == "preflight" && $2 !~ /(sglang|vllm)$/) {printf "%s %s  ", $1, $2}')"
