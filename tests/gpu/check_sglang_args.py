@@ -76,7 +76,7 @@ def flags_of(argv):
     return argv[3:]
 
 
-PICK = ("tp_size", "max_running_requests", "context_length", "quantization", "kv_cache_dtype",
+PICK = ("tensor_parallel_size", "tp_size", "max_running_requests", "context_length", "quantization", "kv_cache_dtype",
         "mem_fraction_static", "load_format", "speculative_algorithm", "speculative_num_steps",
         "speculative_eagle_topk", "speculative_num_draft_tokens", "speculative_draft_model_path",
         "tool_call_parser", "reasoning_parser", "grammar_backend", "preferred_sampling_params",
@@ -85,7 +85,7 @@ PICK = ("tp_size", "max_running_requests", "context_length", "quantization", "kv
 
 results, bad = {"sglang": VERSION, "import_s": IMPORT_S, "cases": {}}, 0
 parsed = {}
-for path in FILES:  # the parser first, for every command, before anything stands in for a kernel
+for path in FILES:  # the parser, for every command
     with open(path) as f:
         cases = json.load(f)
     label = os.path.splitext(os.path.basename(path))[0]
@@ -102,11 +102,11 @@ for path in FILES:  # the parser first, for every command, before anything stand
             entry.update(stage="parser", refused=err.getvalue().strip().splitlines()[-1:], exit=e.code)
             print("FAIL %-36s parser: %s" % (key, " ".join(entry["refused"])), flush=True)
             continue
-        entry["parsed"] = {k: getattr(args, k) for k in PICK if hasattr(args, k)}
+        entry.update(stage="parsed", parsed={k: getattr(args, k) for k in PICK if hasattr(args, k)})
         parsed[key] = (args, case.get("model", "vision"), flags)
         print("OK   %-36s parser" % key, flush=True)
 
-try:  # ServerArgs reaches SGLang's quantization registry, which needs SGLang's CUDA kernels (the image has them)
+try:  # then ServerArgs, which reaches SGLang's quantization registry: that needs SGLang's CUDA kernels
     import sgl_kernel  # noqa: F401
     results["server_args"] = "checked (sgl_kernel %s)" % getattr(sgl_kernel, "__version__", "?")
 except ImportError as e:
