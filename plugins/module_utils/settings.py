@@ -120,6 +120,11 @@ UNSUPPORTED = {
         ("llm_kv_cap_gib", lambda s: s.get("llm_kv_cap_gib", 0) > 0,
          "SGLang sizes its KV pool as a fraction of GPU memory (--mem-fraction-static), not in GiB",
          "set llm_kv_cap_gib: 0 (the pool then follows llm_reserve_gib), or llm_engine: vllm"),
+        ("llm_thinking", lambda s: not s.get("llm_thinking"),
+         "SGLang 0.5.5 cannot set a thinking default (its parser refuses --default-chat-template-kwargs): the "
+         "model's chat template decides, and GLM's thinks unless a request sends chat_template_kwargs",
+         "set llm_thinking: true (a request turns thinking off with chat_template_kwargs "
+         "{\"enable_thinking\": false}), or llm_engine: vllm"),
     ],
     "llamacpp": [
         ("llm_kv", lambda s: s.get("llm_kv") == "fp8",

@@ -13,7 +13,6 @@ sh -c 'exec python3 -m sglang.launch_server "$@" --api-key "$GPUSERVE_API_KEY"' 
   --tool-call-parser glm45 \
   --reasoning-parser glm45 \
   --grammar-backend xgrammar \
-  --default-chat-template-kwargs '{"enable_thinking": false}' \
   --preferred-sampling-params '{"top_k": 20, "max_new_tokens": 32768}' \
   --enable-multimodal
 

@@ -193,8 +193,10 @@ def run(mode):
     try:
         import jsonschema  # noqa: F401  verify's schema checks
     except ImportError:
+        # the host wheelhouse (tests/gpu/carry.sh preflight) holds jsonschema and its needs
         subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links",
-                               os.path.join(ROOT, ".whl", "verify"), "--target", "/root/pydeps", "jsonschema"])
+                               os.path.join(os.environ.get("CARRY_DIR", os.path.join(ROOT, ".whl")), "host"),
+                               "--target", "/root/pydeps", "jsonschema"])
     from ansible_collections.gpuserve.llm.plugins.module_utils import bench, verify
     from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
     if mode == "designed":

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The preflight play for real on this machine's NVIDIA GPUs (connection: local), as on a GPU host.
-# Made for the lent H200 machines (no registry there): ansible-core and its missing dependencies
-# come as wheels in .whl/ (tests/gpu/RESULTS.md says which), nvidia-ml-py for the collection's
-# virtualenv in .whl/host/ (installed by the host_venv role from that wheelhouse, --no-index).
+# Made for the lent H200 machines (no registry there): first, where PyPI is reachable,
+# `bash tests/gpu/carry.sh preflight` puts into .whl/ (CARRY_DIR) ansible-core and its missing
+# dependencies (ansible/), community.docker (collections/: the preflight role asks Docker first
+# through it) and every pin of requirements-host.txt (host/: the host_venv role installs them all
+# from that wheelhouse, --no-index); then the device call carries that folder.
 #
 #   bash tests/gpu/run_preflight.sh [OUTDIR]
 #
@@ -22,8 +24,10 @@ exec > >(tee -a "$LOG") 2>&1
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
-if [[ -d $REPO/.whl ]] && ls "$REPO"/.whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" "$REPO"/.whl/*.whl || exit 1
+CARRY=${CARRY_DIR:-$REPO/.whl}
+if ls "$CARRY"/ansible/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" \
+    "$CARRY"/ansible/*.whl || exit 1
   export PYTHONPATH=$WORK/site
   PLAYBOOK=("$(command -v python3)" "$WORK/site/bin/ansible-playbook")
   ADHOC=("$(command -v python3)" "$WORK/site/bin/ansible")
@@ -32,12 +36,26 @@ else
   ADHOC=(ansible)
 fi
 export ANSIBLE_CONFIG=$REPO/ansible.cfg ANSIBLE_NOCOLOR=1 ANSIBLE_LOCALHOST_WARNING=0
-WHEELHOUSE=${GPU_TEST_WHEELHOUSE:-$REPO/.whl/host}
-PACKAGES=${GPU_TEST_PACKAGES:-nvidia-ml-py==13.610.43}
+# This collection, then community.docker (carried, or the controller's own `ansible` package's).
+export ANSIBLE_COLLECTIONS_PATH=$REPO/.collections:$CARRY/collections${ANSIBLE_COLLECTIONS_PATH:+:$ANSIBLE_COLLECTIONS_PATH}
+WHEELHOUSE=${GPU_TEST_WHEELHOUSE:-$CARRY/host}
+# What host_venv installs: every pin of requirements-host.txt, as its defaults say.
+PACKAGES=${GPU_TEST_PACKAGES:-$(grep -vE '^\s*(#|$)' "$REPO/requirements-host.txt" | paste -sd, -)}
+DOCKER_COLLECTION=""
+for path in ${ANSIBLE_COLLECTIONS_PATH//:/ }; do
+  [[ -d $path/ansible_collections/community/docker ]] && DOCKER_COLLECTION=$path && break
+done
+if [[ -n $WHEELHOUSE && ! -d $WHEELHOUSE ]] || [[ -z $DOCKER_COLLECTION ]]; then
+  echo "the host wheelhouse ($WHEELHOUSE) or community.docker is missing: bash tests/gpu/carry.sh preflight" >&2
+  exit 2
+fi
 
 say "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 say "host: $(uname -r), $(nproc) cores, python $(python3 -V 2>&1 | cut -d' ' -f2)"
-say "ansible: $("${ADHOC[@]}" --version | head -1)"
+DOCKER_VERSION=$(sed -n 's/^ *"version": "\(.*\)",$/\1/p' \
+  "$DOCKER_COLLECTION/ansible_collections/community/docker/MANIFEST.json" | head -1)
+say "ansible: $("${ADHOC[@]}" --version | head -1); community.docker $DOCKER_VERSION from $DOCKER_COLLECTION"
+say "host wheelhouse: $(find "$WHEELHOUSE" -name '*.whl' 2>/dev/null | wc -l) wheels for $(echo "$PACKAGES" | tr , '\n' | wc -l) pins"
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi -L | sed 's/(UUID.*)//' | tee -a "$SUMMARY"
   nvidia-smi --query-gpu=index,driver_version,power.limit,memory.free --format=csv | tee -a "$SUMMARY"

@@ -10,8 +10,9 @@ checks and an image TTFT bench.
     python3 tests/gpu/serve_vision_glm.py OUT refusals      # data_only: what must be refused (after patches/vllm)
     python3 tests/gpu/serve_vision_glm.py OUT dry           # the whole data-only run against a stub, no GPU
 
-How it ran (no Docker there; the processes run directly): vLLM 0.26.0 unpacked at /root/vllm/site from the
-bundle tests/gpu/RESULTS.md describes (two xz parts of <= 60 MiB; a device call carries at most 64 MiB, so part
+What it needs there: tests/gpu/RESULTS.md, "Carrying what the scripts need" (tests/gpu/carry.sh vllm).
+How it ran (no Docker there; the processes run directly): vLLM 0.26.0 unpacked at /root/vllm/site from that
+bundle (two xz parts of <= 60 MiB; a device call carries at most 64 MiB, so part
 00 travels in one call and is stashed under /root/stash, part 01 in the next, back to back, before the
 machine goes back, with unpack.sh that joins them). This repo travels as a copy beside the part, in the
 checkout's ignored .gpucarry/ (device run, carry [".gpucarry"]):

@@ -85,7 +85,8 @@ def test_cpu_profile_no_driver_and_no_venv_each_say_so(fleet):
 def test_bad_settings_stop_their_host_before_anything_changes(fleet):
     typo = fleet.host("typo", "rtxpro6000x4-healthy.json", fresh=True, llm_gpus="zero")
     long = fleet.host("long", "rtxpro6000x4-healthy.json", fresh=True, llm_context=1048576)
-    sglang = fleet.host("sglang", "rtxpro6000x4-healthy.json", fresh=True, llm_engine="sglang", llm_kv_cap_gib=0)
+    sglang = fleet.host("sglang", "rtxpro6000x4-healthy.json", fresh=True, llm_engine="sglang", llm_kv_cap_gib=0,
+                        llm_thinking=True)
     fleet.host("fine", "rtxpro6000x4-healthy.json", llm_paralel=8)
     fleet.host("keyed", "rtxpro6000x4-healthy.json", llm_api_key=["sk-TOPSECRET-123"])
     # a role's knobs are settings too: refused with the same codes, before the virtualenv

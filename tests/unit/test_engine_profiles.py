@@ -1,5 +1,6 @@
 """Engine profiles: the recipe's command for vLLM, SGLang and llama.cpp (golden files), every vLLM flag
-in vLLM 0.26.0's own --help=all, secrets kept off argv, and the pool figures each engine reports."""
+in vLLM 0.26.0's own --help=all and every SGLang flag in SGLang 0.5.5's launch_server --help, secrets kept
+off argv, and the pool figures each engine reports."""
 import json
 import os
 import re
@@ -14,6 +15,9 @@ from ansible_collections.gpuserve.llm.plugins.module_utils import engines
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 VLLM_HELP = os.path.join(ROOT, "tests", "fixtures", "vllm-0.26.0-serve-help.txt")
+# SGLang's parser (ServerArgs.add_cli_args) printed on the GPU machine by tests/gpu/check_sglang_args.py.
+SGLANG_HELP = os.path.join(ROOT, "tests", "fixtures",
+                           "sglang-%s-server-help.txt" % engines.PROFILES["sglang"]["version"])
 UPDATE = os.environ.get("GPUSERVE_UPDATE_GOLDEN") == "1"
 
 with open(os.path.join(ROOT, "inventories", "example", "group_vars", "llm_hosts", "settings.yml")) as f:
@@ -29,8 +33,9 @@ MODEL = {"model_dir": "/models/zai-org/GLM-4.6V-FP8"}
 RTX_PRO_6000 = {"gpu_memory_total_mib": 97887}
 CASES = {
     "vllm-recipe": (RECIPE, MODEL, RTX_PRO_6000),
-    # SGLang with the media setting it can honour, and its pool sized by fraction.
-    "sglang-recipe": (dict(RECIPE, llm_engine="sglang", llm_media_urls="any", llm_kv_cap_gib=0), MODEL, RTX_PRO_6000),
+    # SGLang with the media setting it can honour, its pool sized by fraction, the model's thinking default.
+    "sglang-recipe": (dict(RECIPE, llm_engine="sglang", llm_media_urls="any", llm_kv_cap_gib=0, llm_thinking=True),
+                      MODEL, RTX_PRO_6000),
     "llamacpp-cpu": (dict(DEFAULTS, **dict(LOCAL, llm_api_key="sk-recipe-SECRET", llm_model_dense=LOCAL["llm_dense"])),
                      {"model_file": "/models/tiny/tiny.gguf", "threads": 2, "batch_size": 512}, {}),
 }
@@ -75,8 +80,8 @@ def test_no_api_key_no_environment():
     assert out["env"] == {} and "<llm_api_key>" not in out["display"]
 
 
-def _help_flags():
-    with open(VLLM_HELP) as f:
+def _help_flags(path=VLLM_HELP):
+    with open(path) as f:
         text = f.read()
     flags = set(re.findall(r"(?m)^\s+(--[a-z0-9][a-z0-9-]*)", text))
     flags |= set(re.findall(r",\s+(--[a-z0-9][a-z0-9-]*)", text))
@@ -103,6 +108,51 @@ def test_every_vllm_flag_and_choice_is_in_vllm_0_26_help(variant):
         if arg in choices:
             assert argv[i + 1] in choices[arg], (arg, argv[i + 1], sorted(choices[arg]))
     assert {"--tool-call-parser", "--kv-cache-dtype"} <= set(choices)
+
+
+def _sglang_flags(argv):
+    """What sglang.launch_server gets: the flags after the launcher; the shell form appends --api-key."""
+    if argv[:2] == ["sh", "-c"]:
+        assert argv[2] == 'exec python3 -m sglang.launch_server "$@" --api-key "$GPUSERVE_API_KEY"'
+        assert argv[3] == "sglang"
+        return argv[4:] + ["--api-key", "KEY"]
+    assert argv[:3] == ["python3", "-m", "sglang.launch_server"]
+    return argv[3:]
+
+
+@pytest.mark.parametrize("variant", [
+    {}, {"llm_drafter": "mtp", "llm_vision": False}, {"llm_drafter": "org/draft-model"}, {"llm_drafter": "off"},
+    {"llm_vision": False}, {"llm_kv": "bf16"}, {"llm_model_dense": "bf16"}, {"llm_api_key": ""},
+    {"llm_tool_call_parser": "glm", "llm_reasoning_parser": "glm45"},
+])
+def test_every_sglang_flag_and_choice_is_in_sglang_0_5_5_help(variant):
+    """SGLang 0.5.5's parser refuses a flag it does not know (it refused --default-chat-template-kwargs:
+    tests/gpu/RESULTS.md), so every flag the template renders, and every value of a flag with choices, must
+    be in its help text."""
+    with open(SGLANG_HELP) as f:
+        assert f.readline().startswith("usage: python3 -m sglang.launch_server ")
+    flags, choices = _help_flags(SGLANG_HELP)
+    settings, paths, facts = CASES["sglang-recipe"]
+    out = engine_command(dict(settings, **variant), dict(paths, draft_dir="/models/org/draft-model", dummy=True), facts)
+    argv = _sglang_flags(out["argv"])
+    used = [a for a in argv if a.startswith("--")]
+    assert [a for a in used if a not in flags] == []
+    for i, arg in enumerate(argv):
+        if arg in choices:
+            assert argv[i + 1] in choices[arg], (arg, argv[i + 1], sorted(choices[arg]))
+    assert {"--tool-call-parser", "--reasoning-parser", "--kv-cache-dtype", "--speculative-algorithm",
+            "--grammar-backend", "--load-format", "--quantization"} <= set(choices)
+
+
+def test_the_argv_checked_by_sglang_on_the_gpu_is_what_the_template_renders_now():
+    """tests/gpu/sglang-argv.json went through SGLang 0.5.5's own parser and ServerArgs (tests/gpu/RESULTS.md); a
+    template change must regenerate it (python3 tests/gpu/render_sglang_argv.py) and rerun that check."""
+    import subprocess
+    import sys
+    rendered = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "gpu", "render_sglang_argv.py")],
+                              stdout=subprocess.PIPE, text=True, check=True).stdout
+    with open(os.path.join(ROOT, "tests", "gpu", "sglang-argv.json")) as f:
+        assert json.loads(rendered) == json.load(f)
 
 
 def test_vllm_recipe_flags_say_what_the_recipe_says():
@@ -198,6 +248,7 @@ REFUSALS = {
     ("`llm_media_urls`", "sglang"): {"llm_media_urls": "data_only"},
     ("`llm_reserve_gib`", "llamacpp"): {"llm_reserve_gib": 7.5},
     ("`llm_kv_cap_gib`", "sglang"): {"llm_kv_cap_gib": 60},
+    ("`llm_thinking`, `llm_reasoning_effort`", "sglang"): {"llm_thinking": False},
     ("`llm_kv_cap_gib`", "llamacpp"): {"llm_kv_cap_gib": 60},
 }
 

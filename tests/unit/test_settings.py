@@ -18,7 +18,8 @@ DEFAULTS.update(llm_context=DEFAULTS["llm_model_max_context"], llm_model_dense="
                 llm_hf_cache_dir="/var/lib/gpuserve/hf", llm_cache_dir="/var/lib/gpuserve/cache")
 CPU = dict(DEFAULTS, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4",
            llm_model_dense="q4", llm_kv_cap_gib=0, llm_reserve_gib=0, llm_drafter="off")
-SGLANG = dict(DEFAULTS, llm_engine="sglang", llm_media_urls="any", llm_kv_cap_gib=0)
+# What SGLang can honour: any media URL, the pool by fraction, the model's own thinking default (GLM: on).
+SGLANG = dict(DEFAULTS, llm_engine="sglang", llm_media_urls="any", llm_kv_cap_gib=0, llm_thinking=True)
 
 
 def check(base=None, **changes):
@@ -81,6 +82,7 @@ def test_bad_setting_is_refused_with_its_code(name, value, code, allowed):
 @pytest.mark.parametrize("base, changes, subject", [
     (SGLANG, dict(llm_media_urls="data_only"), "llm_media_urls"),  # SGLang cannot refuse http(s) URLs
     (SGLANG, dict(llm_kv_cap_gib=60), "llm_kv_cap_gib"),           # SGLang sizes its pool by fraction
+    (SGLANG, dict(llm_thinking=False), "llm_thinking"),            # SGLang 0.5.5 sets no thinking default
     (None, dict(llm_gpus=[]), "llm_gpus"),                        # vLLM needs GPUs
     (SGLANG, dict(llm_gpus=[]), "llm_gpus"),
     (None, dict(llm_dense="q4"), "llm_dense"),                    # q4 needs a 4-bit checkpoint
