@@ -59,9 +59,12 @@ def release_line(version):
     return "%s.%s" % match.groups() if match else None
 
 
-def decide(containers, live_restore, need, policy=REFUSE, daemon="the Docker daemon", versions=None):
+def decide(containers, live_restore, need, policy=REFUSE, daemon="the Docker daemon", versions=None,
+           live_restore_after=None):
     """Whether the change may go ahead. `containers`: the daemon's containers as its API lists them
     (Names, Labels, State); `live_restore`: the running daemon's (docker info LiveRestoreEnabled);
+    `live_restore_after`: the configuration's the daemon restarts with, when it differs (None: the
+    same) - both must be on, as a daemon starting without it kills the containers it finds;
     `need`: one of NEEDS; `policy`: host_docker_restart; `versions`: (installed, candidate) package
     versions for a package change, when known (live restore holds within one YY.MM line only).
 
@@ -82,8 +85,10 @@ def decide(containers, live_restore, need, policy=REFUSE, daemon="the Docker dae
         why = "live-restore does not carry containers to a new data root"
     elif crosses:
         why = "live-restore holds within one release line only, and this goes from %s to %s" % tuple(lines)
-    elif live_restore:
+    elif live_restore and live_restore_after is not False:
         return result  # they keep running through the restart
+    elif live_restore:
+        why = "live-restore is off in the configuration the daemon restarts with"
     else:
         why = "live-restore is off"
 

@@ -52,6 +52,16 @@ def test_live_restore_on_lets_a_restart_and_a_patch_upgrade_go():
     assert patch == {"go": True, "stops": [], "foreign": [], "finding": None}
 
 
+def test_live_restore_must_stay_on_in_the_configuration_the_daemon_restarts_with():
+    # Seen on dockerd 20.10.24: a daemon started with live-restore off kills what the old one left running (137).
+    got = decide(FLEET, live_restore=True, live_restore_after=False, need="restart")
+    assert got["go"] is False and got["foreign"] == ["jupyter", "postgres"]
+    assert "(live-restore is off in the configuration the daemon restarts with)" in got["finding"]["message"]
+    assert decide(FLEET, live_restore=True, live_restore_after=True, need="restart")["go"] is True
+    # Turning it on in the file does not protect this restart: the running daemon stops its containers.
+    assert decide(FLEET, live_restore=False, live_restore_after=True, need="restart")["go"] is False
+
+
 def test_live_restore_does_not_carry_containers_across_release_lines_or_to_a_new_data_root():
     upgrade = decide(FLEET, live_restore=True, need="package", versions=("20.10.24+dfsg1-1+deb12u1",
                                                                          "5:27.3.1-1~debian.12~bookworm"))
