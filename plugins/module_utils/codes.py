@@ -30,9 +30,15 @@ CODES = {
     "E_VENV": (
         ERROR, "the collection's Python virtualenv could not be made or filled on the host",
         "Install python3-venv (Debian/Ubuntu) on the host, or give host_venv_wheelhouse for a host without PyPI."),
+    "E_NO_DRIVER": (
+        ERROR, "no NVIDIA driver on the host: no /dev/nvidiactl and no loadable libnvidia-ml (the package named)",
+        "Install the driver package the message names (Debian: nvidia-driver from non-free; Ubuntu: "
+        "ubuntu-drivers install --gpgpu or nvidia-driver-<version>-server-open) and reboot; the collection reads the "
+        "driver, it never installs one."),
     "E_NVML": (
-        ERROR, "NVML or the NVIDIA driver cannot be loaded",
-        "Install or repair the NVIDIA driver (nvidia-smi must work), then rerun."),
+        ERROR, "the NVIDIA driver is there but NVML does not answer (or nvidia-ml-py cannot be loaded)",
+        "Repair the NVIDIA driver until nvidia-smi works (after a driver install or upgrade, reboot so that the kernel "
+        "module matches the libraries), then rerun."),
     "E_GPU_COUNT": (
         ERROR, "fewer GPUs than llm_gpus names (none at all included)",
         "Set llm_gpus to indices the host has, or check that every GPU is visible to the driver (nvidia-smi -L)."),
@@ -69,6 +75,15 @@ CODES = {
     "E_DOCKER_GROUP": (
         ERROR, "the connecting user is not in the docker group",
         "Add the user to the docker group (usermod -aG docker USER) and log in again."),
+    "E_DAEMON_JSON": (
+        ERROR, "the Docker daemon's configuration file cannot be read, is not one JSON object, or cannot be written "
+        "(file named)",
+        "Repair the named file by hand (python3 -m json.tool FILE shows where it breaks) or remove it, or let the "
+        "connecting user write it (become); the collection never overwrites a file it cannot read."),
+    "E_DOCKER_RESTART": (
+        ERROR, "a Docker restart or package change would stop containers the collection does not own (named)",
+        "Stop the named containers, or turn live-restore on first (a reload applies it, containers keep running), or "
+        "set host_docker_restart: allow."),
     "E_PORT_BUSY": (
         ERROR, "the API port is taken",
         "Stop what listens on the port, or choose another llm_port."),

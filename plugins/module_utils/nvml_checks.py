@@ -36,6 +36,9 @@ P2P_STATUS = {
 }
 TOPOLOGY = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
 
+# NVML_ERROR_LIBRARY_NOT_FOUND: what nvidia-ml-py's nvmlInit raises when libnvidia-ml.so.1 cannot be loaded.
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+
 MEMORY_ERROR_TYPE_UNCORRECTED = 1
 VOLATILE_ECC = 0
 RETIRE_CAUSE_SINGLE_BIT = 0
@@ -48,6 +51,7 @@ class _Calls:
     def __init__(self, nvml):
         self.nvml = nvml
         self.unanswered = []
+        self.last_exception = None
 
     def __call__(self, name, *args, **kwargs):
         fn = getattr(self.nvml, name, None)
@@ -56,6 +60,7 @@ class _Calls:
                 raise AttributeError("the installed nvidia-ml-py has no %s" % name)
             return fn(*args), None
         except Exception as e:  # NVMLError, ctypes.ArgumentError, anything a binding raises
+            self.last_exception = e
             err = "%s: %s" % (type(e).__name__, e)
             if kwargs.get("record", True):
                 self.unanswered.append({"call": name, "error": err})
@@ -80,6 +85,63 @@ def cuda_version_int(text):
 
 def cuda_version_text(value):
     return "%d.%d" % (value // 1000, (value % 1000) // 10)
+
+
+def os_release(paths=("/etc/os-release", "/usr/lib/os-release")):
+    """The first os-release file's fields (ID, VERSION_ID, ID_LIKE, PRETTY_NAME, ...); {} without one."""
+    for path in paths:
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()
+        except (IOError, OSError):
+            continue
+        fields = {}
+        for line in lines:
+            key, sep, value = line.partition("=")
+            if sep and not key.startswith("#"):
+                fields[key.strip()] = value.strip().strip("'\"")
+        return fields
+    return {}
+
+
+def driver_package(release):
+    """(the distribution's driver package, how to install it) for an os-release dict. The collection
+    never installs a driver: this only names what the admin installs."""
+    ids = [release.get("ID", "")] + release.get("ID_LIKE", "").split()
+    name = release.get("PRETTY_NAME") or " ".join(x for x in (release.get("ID"), release.get("VERSION_ID")) if x)
+    if "ubuntu" in ids:
+        return ("nvidia-driver-<version>-server-open",
+                "install %s's nvidia-driver-<version>-server-open (sudo ubuntu-drivers install --gpgpu picks the "
+                "version) and reboot" % (name or "Ubuntu"))
+    if "debian" in ids:
+        return ("nvidia-driver",
+                "install %s's nvidia-driver from the non-free component (add non-free and non-free-firmware to the "
+                "apt sources; apt install linux-headers-amd64 nvidia-driver firmware-misc-nonfree) and reboot, or a "
+                "newer driver from NVIDIA's CUDA repository when the image's CUDA needs one" % (name or "Debian"))
+    return ("the NVIDIA driver", "install the NVIDIA driver for %s (the distribution's packages or NVIDIA's) and "
+            "reboot" % (name or "this distribution"))
+
+
+def _init_finding(error, exception, dev_root, release):
+    """nvmlInit failed: E_NO_DRIVER when there is no driver at all (no /dev/nvidiactl and no loadable
+    libnvidia-ml), E_NVML when some of it is there but does not answer."""
+    library_missing = getattr(exception, "value", None) == NVML_ERROR_LIBRARY_NOT_FOUND
+    control = os.path.join(dev_root, "nvidiactl")
+    has_control = os.path.exists(control)
+    if library_missing and not has_control:
+        release = release or {}
+        package, how = driver_package(release)
+        distribution = " ".join(x for x in (release.get("ID"), release.get("VERSION_ID")) if x)
+        return finding("E_NO_DRIVER", "NVIDIA driver",
+                       "no NVIDIA driver on this host (no %s, and libnvidia-ml cannot be loaded: %s): %s"
+                       % (control, error, how), error=error, package=package, distribution=distribution)
+    if library_missing:
+        why = "; the kernel module is loaded (%s) but its libnvidia-ml library is missing" % control
+    elif not has_control:
+        why = "; no %s: the kernel module is not loaded (a reboot after the driver install?)" % control
+    else:
+        why = ""
+    return finding("E_NVML", "nvml", "NVML could not be initialised: %s%s" % (error, why), error=error)
 
 
 def _pids_in_containers(pids, container_ids, proc_root):
@@ -184,16 +246,16 @@ def _p2p(call, handles, a, b):
 
 def run_checks(nvml, gpus, min_free_mib, expected_power_w, min_compute_capability="8.9",
                min_cuda_version=None, max_ecc_uncorrected=0, max_retired_pages=0,
-               own_container_ids=(), proc_root="/proc"):
-    """Return (facts, findings) for the GPUs named by `gpus` (NVML indices)."""
+               own_container_ids=(), proc_root="/proc", dev_root="/dev", release=None):
+    """Return (facts, findings) for the GPUs named by `gpus` (NVML indices). `dev_root` and `release`
+    (os-release fields) tell a host without a driver from one whose driver does not answer."""
     findings = []
     facts = {"gpus": [], "p2p": [], "nvml_unanswered": []}
     call = _Calls(nvml)
 
     err = call("nvmlInit")[1]
     if err:
-        findings.append(finding(
-            "E_NVML", "nvml", "NVML could not be initialised: %s" % err, error=err))
+        findings.append(_init_finding(err, call.last_exception, dev_root, release))
         return facts, findings
     try:
         facts["driver_version"] = _text(call("nvmlSystemGetDriverVersion")[0])

@@ -18,6 +18,8 @@ description:
     against the image's, MIG mode, ECC errors, retired pages and pending row remaps, free memory, other
     processes, peer access on every ordered pair, the enforced power limit, and PCIe link generation
     and width.
+  - Tells a host without an NVIDIA driver (E_NO_DRIVER, naming the distribution's package) from one whose driver
+    does not answer (E_NVML). The driver is read, never installed.
   - Returns findings as data (code, severity, subject, message, fix) and the GPUs and the pair matrix as
     facts. It never fails on a finding; the calling role decides what stops a host.
   - Read-only. Never changes a GPU setting (power, clocks, MIG, persistence).
@@ -72,6 +74,13 @@ options:
     type: list
     elements: str
     default: []
+  dev_root:
+    description:
+      - Where the device files are read (tests point it at a folder). Without C(nvidiactl) there and without a
+        loadable libnvidia-ml the host has no driver at all - E_NO_DRIVER, naming the distribution's driver
+        package (from C(/etc/os-release)); a driver that is there but does not answer is E_NVML.
+    type: path
+    default: /dev
 """
 
 EXAMPLES = r"""
@@ -133,7 +142,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
-from ansible_collections.gpuserve.llm.plugins.module_utils.nvml_checks import run_checks
+from ansible_collections.gpuserve.llm.plugins.module_utils.nvml_checks import os_release, run_checks
 
 try:
     import pynvml
@@ -154,6 +163,7 @@ def main():
             max_ecc_uncorrected=dict(type="int", default=0),
             max_retired_pages=dict(type="int", default=0),
             own_container_ids=dict(type="list", elements="str", default=[]),
+            dev_root=dict(type="path", default="/dev"),
         ),
         supports_check_mode=True,
     )
@@ -172,6 +182,8 @@ def main():
         max_ecc_uncorrected=p["max_ecc_uncorrected"],
         max_retired_pages=p["max_retired_pages"],
         own_container_ids=p["own_container_ids"],
+        dev_root=p["dev_root"],
+        release=os_release(),
     )
     module.exit_json(changed=False, findings=findings, elapsed_s=round(time.monotonic() - started, 3), **facts)
 

@@ -174,8 +174,11 @@ def nvmlInit():
     if path is None:
         raise NVMLError_LibraryNotFound()
     data = load_scenario(path)
-    if data.get("init_error"):
-        raise NVMLError(NVML_ERROR_DRIVER_NOT_LOADED, data["init_error"])
+    failure = data.get("init_error")
+    if isinstance(failure, dict):
+        _raise(failure)  # {"nvml_error": text, "code": N}: code 12 is no libnvidia-ml, as on a host without a driver
+    if failure:
+        raise NVMLError(NVML_ERROR_DRIVER_NOT_LOADED, failure)
     _state["scenario"] = data
 
 

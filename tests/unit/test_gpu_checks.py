@@ -3,6 +3,8 @@ import ctypes
 import importlib.util
 import json
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -26,10 +28,22 @@ def replay(monkeypatch):
     return load
 
 
-def run(replay, scenario, **overrides):
+def run(replay, scenario, dev_nodes=None, **overrides):
+    """The checks on a scenario; its host's /dev holds the scenario's `dev_nodes` (a driver's when it names none)."""
     params = dict(RECIPE, **overrides)
     path = scenario if os.path.isabs(scenario) else os.path.join(SCENARIOS, scenario)
-    return nvml_checks.run_checks(replay(path), **params)
+    nvml = replay(path)
+    if "dev_root" in params:
+        return nvml_checks.run_checks(nvml, **params)
+    if dev_nodes is None:
+        dev_nodes = nvml.load_scenario(path).get("dev_nodes", ["nvidiactl"]) if os.path.exists(path) else []
+    dev_root = tempfile.mkdtemp(prefix="dev-")
+    try:
+        for name in dev_nodes:
+            open(os.path.join(dev_root, name), "w").close()
+        return nvml_checks.run_checks(nvml, dev_root=dev_root, **params)
+    finally:
+        shutil.rmtree(dev_root)
 
 
 def codes(findings):
@@ -50,6 +64,9 @@ def codes(findings):
     ("e_gpu_health_retired.json", [("E_GPU_HEALTH", "GPU 0")]),
     ("e_mig.json", [("E_MIG", "GPU 0")]),
     ("e_nvml.json", [("E_NVML", "nvml")]),
+    ("e_nvml_version_mismatch.json", [("E_NVML", "nvml")]),
+    ("e_nvml_no_library.json", [("E_NVML", "nvml")]),
+    ("e_no_driver.json", [("E_NO_DRIVER", "NVIDIA driver")]),
     ("w_pcie_link.json", [("W_PCIE_LINK", "GPU 3")]),
     ("w_p2p_unknown.json", [("W_P2P_UNKNOWN", "GPU pair 0->3"), ("W_P2P_UNKNOWN", "GPU pair 0->3")]),
     ("w_p2p_unknown_every_pair.json", [("W_P2P_UNKNOWN", "all 12 GPU pairs")]),
@@ -62,7 +79,7 @@ def test_each_scenario_gives_exactly_its_codes(replay, scenario, expected):
 
 
 def test_every_gpu_code_has_a_scenario():
-    gpu_codes = {"E_NVML", "E_GPU_COUNT", "E_GPU_ARCH", "E_DRIVER_CUDA", "E_GPU_HEALTH", "E_MIG",
+    gpu_codes = {"E_NO_DRIVER", "E_NVML", "E_GPU_COUNT", "E_GPU_ARCH", "E_DRIVER_CUDA", "E_GPU_HEALTH", "E_MIG",
                  "E_GPU_MEMORY", "E_GPU_BUSY", "E_P2P", "W_POWER", "W_PCIE_LINK", "W_P2P_UNKNOWN"}
     stems = [f.split(".")[0].upper() for f in os.listdir(SCENARIOS)]
     assert [c for c in sorted(gpu_codes) if not any(s.startswith(c) for s in stems)] == []
@@ -139,11 +156,63 @@ def test_binding_tuple_constant_is_not_passed_to_nvml(replay):
     assert facts["p2p"][0]["caps"]["read"] == "OK" and findings == []
 
 
-def test_no_driver_library_is_e_nvml_not_a_traceback(replay, tmp_path):
-    facts, findings = run(replay, str(tmp_path / "absent.json"))
+def test_no_driver_is_e_no_driver_naming_the_package_not_a_traceback(replay, tmp_path):
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    debian = {"ID": "debian", "VERSION_ID": "12", "PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)"}
+    facts, findings = run(replay, str(tmp_path / "absent.json"), dev_root=str(dev), release=debian)
+    assert codes(findings) == [("E_NO_DRIVER", "NVIDIA driver")]
+    assert findings[0]["message"] == (
+        "no NVIDIA driver on this host (no %s/nvidiactl, and libnvidia-ml cannot be loaded: "
+        "NVMLError_LibraryNotFound: NVML Shared Library Not Found): install Debian GNU/Linux 12 (bookworm)'s "
+        "nvidia-driver from the non-free component (add non-free and non-free-firmware to the apt sources; apt "
+        "install linux-headers-amd64 nvidia-driver firmware-misc-nonfree) and reboot, or a newer driver from "
+        "NVIDIA's CUDA repository when the image's CUDA needs one" % dev)
+    assert findings[0]["details"]["package"] == "nvidia-driver"
+    assert findings[0]["details"]["distribution"] == "debian 12"
+    assert "never installs" in findings[0]["fix"] and facts["gpus"] == []
+    # The same host with the driver's kernel module loaded: the driver is there, its library is not.
+    (dev / "nvidiactl").write_text("")
+    findings = run(replay, str(tmp_path / "absent.json"), dev_root=str(dev), release=debian)[1]
     assert codes(findings) == [("E_NVML", "nvml")]
-    assert "NVML Shared Library Not Found" in findings[0]["message"]
-    assert facts["gpus"] == []
+    assert findings[0]["message"].endswith("the kernel module is loaded (%s/nvidiactl) but its libnvidia-ml "
+                                           "library is missing" % dev)
+
+
+def test_a_driver_that_does_not_answer_stays_e_nvml_and_says_why(replay):
+    mismatch = run(replay, "e_nvml_version_mismatch.json")[1][0]
+    assert mismatch["message"] == ("NVML could not be initialised: NVMLError: RM has detected an NVML/RM version "
+                                   "mismatch.")
+    unloaded = run(replay, "e_nvml.json")[1][0]
+    assert unloaded["message"].startswith("NVML could not be initialised: NVMLError: Driver Not Loaded; no ")
+    assert unloaded["message"].endswith("/nvidiactl: the kernel module is not loaded (a reboot after the driver "
+                                        "install?)")
+    assert "reboot" in unloaded["fix"]
+
+
+@pytest.mark.parametrize("release, package, named", [
+    ({"ID": "ubuntu", "VERSION_ID": "24.04", "PRETTY_NAME": "Ubuntu 24.04.3 LTS"},
+     "nvidia-driver-<version>-server-open", "install Ubuntu 24.04.3 LTS's nvidia-driver-<version>-server-open "
+                                            "(sudo ubuntu-drivers install --gpgpu picks the version)"),
+    ({"ID": "linuxmint", "ID_LIKE": "ubuntu debian", "PRETTY_NAME": "Linux Mint 22"},
+     "nvidia-driver-<version>-server-open", "install Linux Mint 22's nvidia-driver-<version>-server-open"),
+    ({"ID": "debian", "VERSION_ID": "13"}, "nvidia-driver", "install debian 13's nvidia-driver from the non-free"),
+    ({"ID": "rocky", "ID_LIKE": "rhel centos fedora", "PRETTY_NAME": "Rocky Linux 9.4"},
+     "the NVIDIA driver", "install the NVIDIA driver for Rocky Linux 9.4"),
+    ({}, "the NVIDIA driver", "install the NVIDIA driver for this distribution"),
+])
+def test_the_driver_package_is_the_distributions(release, package, named):
+    got, how = nvml_checks.driver_package(release)
+    assert got == package and how.startswith(named) and how.endswith("reboot" if not release.get("ID") == "debian"
+                                                                       else "when the image's CUDA needs one")
+
+
+def test_os_release_is_read_from_the_first_file_there(tmp_path):
+    (tmp_path / "os-release").write_text('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\n'
+                                         "# a comment\nVERSION_ID='12'\n")
+    got = nvml_checks.os_release((str(tmp_path / "missing"), str(tmp_path / "os-release")))
+    assert got == {"PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)", "ID": "debian", "VERSION_ID": "12"}
+    assert nvml_checks.os_release((str(tmp_path / "missing"),)) == {}
 
 
 def test_any_exception_from_a_call_is_recorded_not_raised(replay):
