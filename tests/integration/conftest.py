@@ -161,6 +161,13 @@ class Fleet:
         if scenario:
             data = _double().load_scenario(os.path.join(SCENARIOS, scenario) if not os.path.isabs(scenario) else scenario)
             (venv / "nvml-replay.json").write_text(json.dumps(data))
+            # The driver's device nodes, as the scenario says (a host with a driver when it says nothing).
+            dev = self.dir / name / "dev"
+            dev.mkdir(parents=True)
+            nodes = data.get("dev_nodes", ["nvidiactl"] + ["nvidia%d" % i for i in range(len(data["devices"]))])
+            for node in nodes:
+                (dev / node).touch()
+            hostvars.setdefault("preflight_dev_root", str(dev))
             for i, dev in enumerate(data["devices"]):
                 bdf = sysfs_tree_bdf(dev["pci_bus_id"])
                 chains[bdf] = [("0000:00:%02x.0" % (i + 1), (acs or {}).get(i, 0))]

@@ -61,7 +61,8 @@ def test_check_mode_runs_every_probe_and_changes_nothing(fleet):
 def test_cpu_profile_no_driver_and_no_venv_each_say_so(fleet):
     fleet.host("cpu", None, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4",
                llm_model_dense="q4", llm_reserve_gib=0, llm_kv_cap_gib=0, llm_drafter="off")
-    fleet.host("nodriver", None)
+    fleet.host("nodriver", "e_no_driver.json")
+    fleet.host("mismatch", "e_nvml_version_mismatch.json")
     fleet.host("novenv", "rtxpro6000x4-healthy.json", host_venv_python="/nonexistent/python3", fresh=True)
     fleet.host("fine", "rtxpro6000x4-healthy.json")
     result = fleet.run("site.yml", "--tags", "preflight")
@@ -69,9 +70,11 @@ def test_cpu_profile_no_driver_and_no_venv_each_say_so(fleet):
     # A CPU profile skips the GPU checks and says so; it passes.
     assert result.codes("cpu") == ["I_GPU_CHECKS_SKIPPED"]
     assert result.report()["cpu"]["facts"]["gpus"] == []
-    # No NVIDIA driver: E_NVML, never a traceback.
-    assert result.codes("nodriver") == ["E_NVML"]
+    # No NVIDIA driver at all: E_NO_DRIVER naming the package; one there that does not answer: E_NVML. Never a
+    # traceback.
+    assert result.codes("nodriver") == ["E_NO_DRIVER"]
     assert "NVML Shared Library Not Found" in result.output
+    assert result.codes("mismatch") == ["E_NVML"]
     # No virtualenv possible: E_VENV naming the interpreter.
     assert result.codes("novenv") == ["E_VENV"]
     assert "/nonexistent/python3 cannot make a virtualenv" in result.report()["novenv"]["findings"][0]["message"]
@@ -79,7 +82,7 @@ def test_cpu_profile_no_driver_and_no_venv_each_say_so(fleet):
     assert result.codes("fine") == []
     assert "nvidia" in result.report()["fine"]["facts"]["docker_runtimes"]
     assert {h: r["failed"] for h, r in result.recap.items() if h != "localhost"} == {
-        "cpu": 0, "nodriver": 1, "novenv": 1, "fine": 0}, result
+        "cpu": 0, "nodriver": 1, "mismatch": 1, "novenv": 1, "fine": 0}, result
 
 
 def test_bad_settings_stop_their_host_before_anything_changes(fleet):
