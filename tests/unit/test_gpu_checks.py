@@ -203,8 +203,8 @@ def test_a_driver_that_does_not_answer_stays_e_nvml_and_says_why(replay):
 ])
 def test_the_driver_package_is_the_distributions(release, package, named):
     got, how = nvml_checks.driver_package(release)
-    assert got == package and how.startswith(named) and how.endswith("reboot" if not release.get("ID") == "debian"
-                                                                       else "when the image's CUDA needs one")
+    ending = "when the image's CUDA needs one" if release.get("ID") == "debian" else "reboot"
+    assert got == package and how.startswith(named) and how.endswith(ending)
 
 
 def test_os_release_is_read_from_the_first_file_there(tmp_path):
