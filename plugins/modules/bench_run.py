@@ -128,7 +128,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuserve.llm.plugins.module_utils import bench
-from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
 from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError
 from ansible_collections.gpuserve.llm.plugins.module_utils.progress import StepFile
 
@@ -170,7 +170,7 @@ def main():
     if bad or not p["concurrency"] or min(p["concurrency"]) < 1:
         message = "bench_kinds must be among prose, structured, code (got %s) and bench_concurrency positive " \
                   "numbers (got %s)" % (", ".join(p["kinds"]), p["concurrency"])
-        module.fail_json(msg="E_CONFIG: " + message, finding=finding("E_CONFIG", "bench settings", message))
+        fail(module, "E_CONFIG", "bench settings", message)
     steps = len(p["endpoints"]) * (len(p["kinds"]) * len(p["concurrency"]) + len(p["prefill_sizes"]) + 1)
     progress = StepFile(p["progress_file"], steps)
     out = []
@@ -180,13 +180,13 @@ def main():
             models = [m.get("id") for m in json.loads(client.get_text("/v1/models")).get("data", [])]
         except (EndpointError, ValueError) as e:
             message = "the endpoint %s does not answer for bench: %s" % (ep["name"], e)
-            module.fail_json(msg="E_ENDPOINT: " + message, finding=finding("E_ENDPOINT", ep["url"], message))
+            fail(module, "E_ENDPOINT", ep["url"], message)
         start = time.time()
         try:
             results = bench.Bench(client, p, log=lambda line, name=ep["name"]: progress("%s: %s" % (name, line))).run()
         except (EndpointError, KeyError, ValueError, TypeError) as e:
             message = "a measurement against %s failed: %s" % (ep["name"], e)
-            module.fail_json(msg="E_BENCH: " + message, finding=finding("E_BENCH", ep["url"], message))
+            fail(module, "E_BENCH", ep["url"], message)
         results.update(name=ep["name"], url=ep["url"], models=models, seconds=round(time.time() - start, 1))
         out.append(results)
     module.exit_json(changed=False, endpoints=out,

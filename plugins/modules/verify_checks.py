@@ -206,7 +206,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuserve.llm.plugins.module_utils import verify
-from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
 from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError
 from ansible_collections.gpuserve.llm.plugins.module_utils.progress import StepFile
 
@@ -250,9 +250,8 @@ def main():
     p = module.params
     unknown = sorted(set(p["checks"]) - set(verify.CHECKS))
     if unknown:
-        module.fail_json(msg="E_CONFIG: verify_checks names unknown checks %s; the checks are %s" % (
-            ", ".join(unknown), ", ".join(verify.CHECKS)),
-            finding=finding("E_CONFIG", "verify_checks", "unknown checks: %s" % ", ".join(unknown)))
+        fail(module, "E_CONFIG", "verify_checks", "verify_checks names unknown checks %s; the checks are %s" % (
+            ", ".join(unknown), ", ".join(verify.CHECKS)))
     room = p["context"] - p["needle_max_tokens"] - 16
     p["needle_sizes"] = [int(s * room) if s <= 1 else int(s) for s in p["needle_sizes"]]
     client = Client(p["url"], p["api_key"], p["model"], p["timeout"])
@@ -260,7 +259,7 @@ def main():
         models = [m.get("id") for m in json.loads(client.get_text("/v1/models")).get("data", [])]
     except (EndpointError, ValueError) as e:
         message = "the engine does not answer for verify: %s" % e
-        module.fail_json(msg="E_ENDPOINT: %s" % message, finding=finding("E_ENDPOINT", p["url"], message))
+        fail(module, "E_ENDPOINT", p["url"], message)
     undrafted = Client(p["undrafted_url"], p["api_key"], p["model"], p["timeout"]) if p["undrafted_url"] else None
     start = time.time()
     checks, hashes = verify.Verifier(client, p, undrafted, StepFile(p["progress_file"], len(verify.CHECKS))).run(p["checks"], p["saved_hashes"])
