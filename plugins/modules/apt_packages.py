@@ -200,7 +200,7 @@ class Apt(object):
 
     def installed(self, names):
         """name -> version of the installed ones."""
-        rc, out, _err = self.module.run_command(
+        _rc, out, _err = self.module.run_command(
             ["dpkg-query", "-W", "-f", "${Package}\t${Status}\t${Version}\n"] + list(names), environ_update=self.env)
         found = {}
         for line in out.splitlines():
@@ -210,7 +210,7 @@ class Apt(object):
         return found
 
 
-def fetch_key(module, source, proxy):
+def fetch_key(module, source):
     url = source["key_url"]
     try:
         if url.startswith("/"):
@@ -235,7 +235,7 @@ def fetch_key(module, source, proxy):
     return binary, want
 
 
-def scratch_apt(module, apt, sources, keys):
+def scratch_apt(apt, sources, keys):
     """Check mode: the lists fetched into a temporary folder, the new sources beside the host's own."""
     tmp = tempfile.mkdtemp(prefix="gpuserve-apt-check-")
     os.chmod(tmp, 0o755)  # apt's download sandbox (user _apt) must reach the lists folder
@@ -307,7 +307,7 @@ def main():
     # Every key first: a wrong one stops the host before anything is written.
     keys, key_report = {}, []
     for source in p["sources"]:
-        keys[source["name"]], fpr = fetch_key(module, source, p["proxy"])
+        keys[source["name"]], fpr = fetch_key(module, source)
         key_report.append({"name": source["name"], "url": source["key_url"], "fingerprint": fpr})
 
     changed_files = []
@@ -335,7 +335,7 @@ def main():
     try:
         if refresh:
             if module.check_mode:
-                scratch = scratch_apt(module, apt, p["sources"], keys)
+                scratch = scratch_apt(apt, p["sources"], keys)
             rc, out = apt.run(["update", "-q"])
             bad = apt_plan.signature_problem(out)
             if bad:
