@@ -165,14 +165,15 @@ run_pytest() {  # run_pytest VENV PATHS...: pytest's exit 5 (no tests collected)
   return "$rc"
 }
 
-debian_packages() {  # docker.io, debootstrap, shellcheck, docker-registry, rsync from Debian's packages, when missing
+debian_packages() {  # docker.io, debootstrap, shellcheck, docker-registry, rsync, gpg from Debian's packages, when missing
   local missing=()
   command -v dockerd >/dev/null || missing+=(docker.io)
   command -v debootstrap >/dev/null || missing+=(debootstrap)
   command -v shellcheck >/dev/null || missing+=(shellcheck)
   command -v docker-registry >/dev/null || missing+=(docker-registry)
   command -v rsync >/dev/null || missing+=(rsync)  # the weights stage's fleet copy, between local test hosts
-  [[ ${#missing[@]} == 0 ]] && { echo "docker.io, debootstrap, shellcheck, docker-registry and rsync present"; return 0; }
+  command -v gpg >/dev/null || missing+=(gpg)  # signs the apt repository of the host stage's test
+  [[ ${#missing[@]} == 0 ]] && { echo "docker.io, debootstrap, shellcheck, docker-registry, rsync and gpg present"; return 0; }
   [[ $(id -u) == 0 ]] || { echo "need root to apt-get install ${missing[*]}" >&2; return 1; }
   DEBIAN_FRONTEND=noninteractive apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
@@ -212,7 +213,7 @@ in_venv() {  # in_venv COMMAND...: with .venv's tools first on PATH and the test
   env PATH="$PWD/.venv/bin:$PATH" DOCKER_HOST="$GPUSERVE_TEST_DOCKER_HOST" "$@"
 }
 
-phase "Debian packages (docker.io, debootstrap, shellcheck, docker-registry, rsync)" debian_packages
+phase "Debian packages (docker.io, debootstrap, shellcheck, docker-registry, rsync, gpg)" debian_packages
 phase "test bed Docker daemon" start_testbed
 
 PY311=$(find_python 3.11 || command -v python3)

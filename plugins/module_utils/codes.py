@@ -84,6 +84,16 @@ CODES = {
         ERROR, "a Docker restart or package change would stop containers the collection does not own (named)",
         "Stop the named containers, or turn live-restore on first (a reload applies it, containers keep running), or "
         "set host_docker_restart: allow."),
+    "E_APT_KEY": (
+        ERROR, "an apt repository's signing key could not be fetched, or is not the key its pinned fingerprint names, "
+        "or the repository is not signed by it (URL and fingerprints named); nothing was installed",
+        "Check the key URL and the pinned fingerprint (host_docker_key_fingerprint, host_nvidia_key_fingerprint) "
+        "against the vendor's published one; a mirror that signs with its own key needs its key URL and fingerprint."),
+    "E_PACKAGES": (
+        ERROR, "a package the host stage installs could not be found or installed, or the package lists could not be "
+        "fetched (apt's words shown)",
+        "Read apt's words shown: check the host's route to the repository (host_proxy), the pinned version "
+        "(host_docker_version, host_nvidia_toolkit_version) against the repository, and dpkg's state (dpkg --audit)."),
     "E_PORT_BUSY": (
         ERROR, "the API port is taken",
         "Stop what listens on the port, or choose another llm_port."),

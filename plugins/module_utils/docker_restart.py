@@ -60,21 +60,23 @@ def release_line(version):
 
 
 def decide(containers, live_restore, need, policy=REFUSE, daemon="the Docker daemon", versions=None,
-           live_restore_after=None):
+           live_restore_after=None, images=None):
     """Whether the change may go ahead. `containers`: the daemon's containers as its API lists them
     (Names, Labels, State); `live_restore`: the running daemon's (docker info LiveRestoreEnabled);
     `live_restore_after`: the configuration's the daemon restarts with, when it differs (None: the
     same) - both must be on, as a daemon starting without it kills the containers it finds;
     `need`: one of NEEDS; `policy`: host_docker_restart; `versions`: (installed, candidate) package
-    versions for a package change, when known (live restore holds within one YY.MM line only).
+    versions for a package change, when known (live restore holds within one YY.MM line only);
+    `images`: for a data-root move, the images the old root holds (their names): the daemon on the new
+    root does not see them, so a move is refused while the old root holds any, as for a foreign container.
 
     Returns {go, stops: names that stop or are lost, foreign: those of them not the collection's,
-    finding: E_DOCKER_RESTART when refused, else None}."""
+    stranded: images left on the old root, finding: E_DOCKER_RESTART when refused, else None}."""
     if need not in NEEDS:
         raise ValueError("need is %r; allowed: %s" % (need, ", ".join(NEEDS)))
     if policy not in (ALLOW, REFUSE):
         raise ValueError("policy is %r; allowed: allow, refuse" % policy)
-    result = {"go": True, "stops": [], "foreign": [], "finding": None}
+    result = {"go": True, "stops": [], "foreign": [], "stranded": [], "finding": None}
     if need in (NONE, RELOAD):
         return result
 
@@ -95,14 +97,24 @@ def decide(containers, live_restore, need, policy=REFUSE, daemon="the Docker dae
     live = [c for c in containers or [] if is_live(c)]
     result["stops"] = sorted(name(c) for c in live)
     result["foreign"] = sorted(name(c) for c in live if not is_own(c))
-    if not result["foreign"] or policy == ALLOW:
+    result["stranded"] = sorted(images or []) if need == DATA_ROOT else []
+    if not (result["foreign"] or result["stranded"]) or policy == ALLOW:
         return result
     fix = ("stop them or set host_docker_restart: allow" if need == DATA_ROOT or crosses else
            "stop them, turn live-restore on first (a reload applies it), or set host_docker_restart: allow")
+    what = []
+    if result["foreign"]:
+        what.append("would stop %d container(s) the collection does not own: %s (%s)"
+                    % (len(result["foreign"]), ", ".join(result["foreign"]), why))
+    if result["stranded"]:
+        shown = result["stranded"][:5] + (["..."] if len(result["stranded"]) > 5 else [])
+        what.append("would strand the %d image(s) the old data root holds: %s (the daemon on the new root does not "
+                    "see them; move them yourself, or empty the old root)" % (len(result["stranded"]), ", ".join(shown)))
+        fix = fix.replace("stop them", "stop or move them")
     result["go"] = False
+    details = dict(containers=result["foreign"], need=need, live_restore=bool(live_restore))
+    if result["stranded"]:
+        details["images"] = result["stranded"]
     result["finding"] = finding(
-        "E_DOCKER_RESTART", daemon,
-        "%s at %s would stop %d container(s) the collection does not own: %s (%s); %s"
-        % (WHAT[need], daemon, len(result["foreign"]), ", ".join(result["foreign"]), why, fix),
-        containers=result["foreign"], need=need, live_restore=bool(live_restore))
+        "E_DOCKER_RESTART", daemon, "%s at %s %s; %s" % (WHAT[need], daemon, " and ".join(what), fix), **details)
     return result

@@ -76,8 +76,14 @@ FORMS = {
     "service_log_max_file": (r"^[1-9]\d*$", "a count of files such as 5"),
     "service_shm_size": (r"^\d+[bkmg]?$", "a size such as 1g"),
     "image_git_commit": (r"^([0-9a-f]{40})?$", "a full commit hash (40 hex digits), or empty"),
+    # An OpenPGP key's fingerprint as vendors publish it: 40 hex digits, in groups or not.
+    "host_docker_key_fingerprint": (r"^\s*(0x)?([0-9A-Fa-f]{4}\s*){10}$", "a key fingerprint (40 hex digits)"),
+    "host_nvidia_key_fingerprint": (r"^\s*(0x)?([0-9A-Fa-f]{4}\s*){10}$", "a key fingerprint (40 hex digits)"),
+    "host_docker_data_root": (r"^(/.*)?$", "an absolute path, or empty"),
+    "host_docker_version": (r"^\d+\.\d+\.\d+$", "Docker's upstream version such as 29.7.1"),
+    "host_nvidia_toolkit_version": (r"^\d+\.\d+\.\d+(~rc\.\d+)?-\d+$", "a package version such as 1.18.2-1"),
 }
-URL_SETTINGS = ("host_venv_index_url", "weights_hf_endpoint", "verify_undrafted_url")
+URL_SETTINGS = ("host_venv_index_url", "weights_hf_endpoint", "verify_undrafted_url", "host_apt_mirror", "host_proxy")
 ADDRESS_SETTINGS = ("llm_host", "weights_rsync_bind")
 SERIAL = re.compile(r"^([1-9]\d*|([1-9]\d?|100)%)$")
 
@@ -252,14 +258,14 @@ def _check_numbers(values, options, findings):
                 values.pop(name)
 
 
-def _check_forms(values, findings):
+def _check_forms(values, findings, secret=()):
     for name, (pattern, allowed) in FORMS.items():
         if name in values and values[name] is not None and not re.match(pattern, str(values[name])):
             findings.append(_bad("E_CONFIG", name, values[name], allowed))
             values.pop(name)
     for name in URL_SETTINGS:
         if values.get(name) and not re.match(r"^https?://[^/\s]+", str(values[name])):
-            findings.append(_bad("E_CONFIG", name, values[name], "an http(s) URL, or empty"))
+            findings.append(_bad("E_CONFIG", name, values[name], "an http(s) URL, or empty", name in secret))
             values.pop(name)
     for name in ADDRESS_SETTINGS:
         if name in values:
@@ -306,7 +312,7 @@ def validate(settings, options, internal=()):
             values[name] = result.validated_parameters[name]
 
     _check_numbers(values, options, findings)
-    _check_forms(values, findings)
+    _check_forms(values, findings, secret)
     for name in ("llm_model", "llm_served_model_name", "llm_model_revision"):
         if name in values and not str(values[name]).strip():
             findings.append(_bad("E_CONFIG", name, values[name], "a non-empty string"))

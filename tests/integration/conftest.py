@@ -184,6 +184,9 @@ class Fleet:
             "llm_docker_host": self.docker_host,
             "llm_data_dir": str(self.dir / name / "data"),
             "llm_port": 18020 + len(self.hosts),
+            # These hosts are this machine, on the test bed's daemon: the host stage leaves both alone
+            # (test_host_play.py runs it on hosts of its own).
+            "host_setup": False,
             # A progress line every 2 s while an image builds (30 s by default).
             "image_progress_interval": 2,
             # Budgets that fit the test machine.

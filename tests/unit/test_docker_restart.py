@@ -22,7 +22,7 @@ FLEET = [container("gpuserve-llm-a", own=True), container("postgres"), container
 
 @pytest.mark.parametrize("need", ["none", "reload"])
 def test_a_reload_never_stops_anything(need):
-    assert decide(FLEET, live_restore=False, need=need) == {"go": True, "stops": [], "foreign": [], "finding": None}
+    assert decide(FLEET, live_restore=False, need=need) == {"go": True, "stops": [], "foreign": [], "stranded": [], "finding": None}
 
 
 @pytest.mark.parametrize("need", ["restart", "package"])
@@ -49,7 +49,7 @@ def test_allow_goes_and_says_what_stops():
 def test_live_restore_on_lets_a_restart_and_a_patch_upgrade_go():
     assert decide(FLEET, live_restore=True, need="restart")["go"] is True
     patch = decide(FLEET, live_restore=True, need="package", versions=("20.10.24+dfsg1-1", "20.10.25+dfsg1-1"))
-    assert patch == {"go": True, "stops": [], "foreign": [], "finding": None}
+    assert patch == {"go": True, "stops": [], "foreign": [], "stranded": [], "finding": None}
 
 
 def test_live_restore_must_stay_on_in_the_configuration_the_daemon_restarts_with():
@@ -74,11 +74,31 @@ def test_live_restore_does_not_carry_containers_across_release_lines_or_to_a_new
            "allow" in moved["finding"]["message"]
 
 
+def test_a_data_root_move_strands_the_old_roots_images_unless_allowed():
+    # Only the collection's own engine runs, but the old root holds images the new root would not see.
+    ours = [container("gpuserve-llm-a", own=True)]
+    images = ["gpuserve/llama.cpp:1-0.7.0", "postgres:16", "a", "b", "c", "d"]
+    moved = decide(ours, live_restore=True, need="data_root", images=images, daemon=DAEMON)
+    assert moved["go"] is False and moved["foreign"] == [] and moved["stranded"] == sorted(images)
+    f = moved["finding"]
+    assert f["code"] == "E_DOCKER_RESTART" and f["details"]["images"] == sorted(images)
+    assert "would strand the 6 image(s) the old data root holds: a, b, c, d, gpuserve/llama.cpp:1-0.7.0, ..." \
+           in f["message"]
+    assert "stop or move them or set host_docker_restart: allow" in f["message"]
+    # A foreign container and images: both named in one finding.
+    both = decide(FLEET, live_restore=True, need="data_root", images=["postgres:16"])
+    assert "jupyter, postgres" in both["finding"]["message"] and "postgres:16" in both["finding"]["message"]
+    assert decide(ours, live_restore=True, need="data_root", images=[])["go"] is True  # an empty old root
+    assert decide(ours, live_restore=True, need="data_root", images=images, policy="allow")["go"] is True
+    # Images never stop a restart on the same root.
+    assert decide(ours, live_restore=False, need="restart", images=images)["stranded"] == []
+
+
 def test_only_the_collections_own_or_stopped_containers_go():
     ours = [container("gpuserve-llm-a", own=True), container("gpuserve-llm-b", own=True, state="exited"),
             container("leftover", state="exited")]
     got = decide(ours, live_restore=False, need="restart")
-    assert got == {"go": True, "stops": ["gpuserve-llm-a"], "foreign": [], "finding": None}
+    assert got == {"go": True, "stops": ["gpuserve-llm-a"], "foreign": [], "stranded": [], "finding": None}
     assert decide([], live_restore=False, need="package")["go"] is True  # no daemon yet: nothing to stop
 
 

@@ -47,7 +47,8 @@ def test_every_setting_the_docs_name_exists():
         with open(path) as f:
             options |= set(re.findall(r"\b([a-z][a-z0-9_]*) \| default\(", f.read()))
     groups = {"llm_hosts", "llm_routers"}  # inventory groups, not settings
-    prefixes = "llm|preflight|host_venv|image|weights|autotune|service|verify|bench"
+    groups |= set(os.listdir(os.path.join(ROOT, "roles")))  # role names (`host_venv`), not settings
+    prefixes = "llm|preflight|host|image|weights|autotune|service|verify|bench"
     named = set()
     for doc in ("design.md", "engines.md"):
         named |= set(re.findall(r"`((?:%s)_[a-z0-9_]+)`" % prefixes, read("docs", doc)))

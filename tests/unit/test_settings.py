@@ -159,10 +159,12 @@ def test_validation_hands_on_the_settings_typed_as_the_specs_say():
 def test_the_display_copy_masks_every_option_the_specs_mark_no_log():
     secret = sorted(n for n, o in OPTIONS.items() if o.get("no_log"))
     assert "llm_api_key" in secret and "llm_hf_token" in secret
-    values = validate(dict(DEFAULTS, llm_api_key="sk-1", llm_hf_token="hf_2"), OPTIONS, SPECS.internal)[1]
+    assert "host_proxy" in secret  # it may hold the proxy's credentials
+    values = validate(dict(DEFAULTS, llm_api_key="sk-1", llm_hf_token="hf_2", host_proxy="http://u:pw3@proxy:3128"),
+                      OPTIONS, SPECS.internal)[1]
     shown = display(values, OPTIONS)
     assert [shown[n] for n in secret] == [MASK] * len(secret)
-    assert "sk-1" not in repr(shown) and "hf_2" not in repr(shown)
+    assert "sk-1" not in repr(shown) and "hf_2" not in repr(shown) and "pw3" not in repr(shown)
     assert shown["llm_parallel"] == values["llm_parallel"]
     # Driven by the spec: a new no_log option is masked without naming it anywhere else.
     options = dict(OPTIONS, router_admin_token={"type": "str", "no_log": True})
@@ -189,12 +191,32 @@ def test_the_display_copy_masks_every_option_the_specs_mark_no_log():
     ("bench_concurrency", [1, 0], "a list of numbers from 1 to 1024"),
     ("verify_needle_sizes", [0.5, 2.0], "a list of numbers from 0.01 to 1"),
     ("verify_timeout", "an hour", "an integer"),
+    ("host_setup", "maybe", "true or false"),
+    ("host_docker_source", "snap", "one of distribution, docker"),
+    ("host_docker_restart", "sometimes", "one of refuse, allow"),
+    ("host_docker_key_fingerprint", "0EBFCD88", "a key fingerprint (40 hex digits)"),
+    ("host_nvidia_key_fingerprint", "C95B321B61E88C1809C4F759DDCAE044F796ECBZ", "a key fingerprint (40 hex digits)"),
+    ("host_docker_data_root", "data/docker", "an absolute path, or empty"),
+    ("host_docker_version", "latest", "Docker's upstream version such as 29.7.1"),
+    ("host_nvidia_toolkit_version", "1.18.2", "a package version such as 1.18.2-1"),
+    ("host_apt_mirror", "mirror.internal/apt", "an http(s) URL, or empty"),
+    ("host_docker_timeout", 0, "1 to any"),
 ])
 def test_every_role_knob_is_validated_like_the_llm_settings(name, value, allowed):
     findings = check(**{name: value})
     assert [(f["code"], f["subject"]) for f in findings] == [("E_CONFIG", name)], findings
     assert findings[0]["details"]["allowed"] == allowed
     assert repr(value) in findings[0]["message"]
+
+
+def test_the_host_stages_forms_take_what_vendors_publish_and_a_bad_proxy_is_never_shown():
+    assert check(host_docker_key_fingerprint="9DC8 5822 9FC7 DD38 854A  E2D8 8D81 803C 0EBF CD88",
+                 host_nvidia_key_fingerprint="c95b321b61e88c1809c4f759ddcae044f796ecb0", host_docker_data_root="",
+                 host_apt_mirror="http://mirror.internal:8080/apt", host_proxy="http://user:pw@proxy:3128",
+                 host_nvidia_toolkit_version="1.19.0~rc.5-1") == []
+    findings = check(host_proxy="user:s3cret@proxy:3128")  # no scheme
+    assert [(f["code"], f["subject"]) for f in findings] == [("E_CONFIG", "host_proxy")]
+    assert "s3cret" not in repr(findings) and findings[0]["details"]["value"] is None
 
 
 def test_service_serial_takes_what_ansible_serial_takes():

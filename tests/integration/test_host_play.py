@@ -1,0 +1,296 @@
+"""The host stage for real, on bare Debian 12 test hosts: containers from the test-host image (no
+Docker inside) on the test bed's daemon, reached with community.docker's docker connection, each with
+a volume for its own /var/lib/docker so that a Docker daemon can run inside it.
+
+One fleet, one site.yml run after a --check of the bare hosts:
+- `good` holds a daemon.json with a key of the admin's; it goes from nothing to LIVE: docker.io from
+  Debian's archive, its own daemon started through the distribution's init script, the NVIDIA Container
+  Toolkit from an apt repository the test makes (a STAND-IN package whose nvidia-container-runtime is
+  runc; signed with a throwaway key, served on 127.0.0.1, pinned by host_nvidia_key_fingerprint), the
+  nvidia runtime registered by a reload, and the engine (llama.cpp on the CPU; replayed GPUs for the
+  preflight) running on that inner daemon through the nvidia runtime;
+- `badjson` holds an invalid daemon.json: E_DAEMON_JSON, the file untouched, nothing installed;
+- `badkey` pins another key's fingerprint: E_APT_KEY, nothing installed.
+Then a rerun changes nothing on `good`, and a data-root move with a foreign container running is
+E_DOCKER_RESTART naming it.
+"""
+import datetime
+import functools
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+from conftest import BIN, ROOT, TESTS, Result, docker, host_requirements
+
+VERSION = "1.18.2-1"  # the stand-in toolkit's, as the role's default pins it
+TOOLKIT = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+           "libnvidia-container1"]
+PORT = 18241
+FOREIGN_JSON = {"log-opts": {"max-size": "10m", "max-file": "3"}}
+BROKEN_JSON = '{"log-opts": {"max-size": "10m"},\n'
+# The throwaway key's fingerprint is made per run; this one is another key's (tests/fixtures/openpgp).
+OTHER_FPR = "573459946DA26B721CAE2379DEA9DC2B5C20C98F"
+
+# TEST PLUMBING, not the collection's: Debian's /etc/init.d/docker (docker.io 20.10) runs `ulimit -n 1048576`
+# under `set -e`, over this sandbox's hard limit, so it cannot start dockerd here. The test host gets this
+# script in its place through dpkg-divert before the package installs (the package's own goes to
+# /etc/init.d/docker.distrib): the same start-stop-daemon call without the ulimit, with the flags a daemon
+# sharing the machine's network namespace needs. The role drives it as the distribution's service.
+INIT_SCRIPT = r"""#!/bin/sh
+# gpuserve.llm test plumbing (tests/integration/test_host_play.py): Debian's init script minus its ulimit.
+PIDFILE=/var/run/docker-ssd.pid
+OPTS="-p /var/run/docker.pid --bridge=none --iptables=false --ip-masq=false --ip6tables=false"
+case "$1" in
+  start)
+    start-stop-daemon --start --background --no-close --oknodo --exec /usr/sbin/dockerd --pidfile "$PIDFILE" \
+      --make-pidfile -- $OPTS >> /var/log/docker.log 2>&1 ;;
+  stop)
+    start-stop-daemon --stop --oknodo --pidfile "$PIDFILE" --retry 20 && rm -f "$PIDFILE" ;;
+  restart|force-reload)
+    "$0" stop && "$0" start ;;
+  status)
+    if start-stop-daemon --status --pidfile "$PIDFILE"; then echo "docker is running"; exit 0; fi
+    echo "docker is not running"; exit 3 ;;
+  *)
+    echo "usage: $0 start|stop|restart|status" >&2; exit 2 ;;
+esac
+"""
+# runc's cgroup v1 controllers are mounted read-only in the container: made writable (the spike's recipe).
+CGROUPS_RW = ("awk '$5 ~ \"^/sys/fs/cgroup\" {print $5}' /proc/self/mountinfo | sort -u | "
+              "while read -r m; do mount -o remount,bind,rw \"$m\" || exit 1; done")
+
+
+def run(argv, **kwargs):
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True, **kwargs)
+
+
+def write_in(docker_host, host, command, text):
+    """`command` in the host with `text` on its standard input (test plumbing)."""
+    return run(["docker", "-H", docker_host, "exec", "-i", host, "sh", "-c", command], input=text)
+
+
+@pytest.fixture(scope="module")
+def apt_repo(tmp_path_factory):
+    """NVIDIA's flat repository's layout (libnvidia-container/stable/deb/<arch>, its key at
+    libnvidia-container/gpgkey), holding STAND-IN toolkit packages, signed with a throwaway key and
+    served on 127.0.0.1. Yields (the mirror's URL, the key's fingerprint)."""
+    top = tmp_path_factory.mktemp("apt-mirror")
+    arch = run(["dpkg", "--print-architecture"]).stdout.strip()
+    repo = top / "libnvidia-container" / "stable" / "deb" / arch
+    repo.mkdir(parents=True)
+    build = tmp_path_factory.mktemp("debs")
+    for name in TOOLKIT:
+        root = build / name
+        (root / "DEBIAN").mkdir(parents=True)
+        depends = "\nDepends: nvidia-container-toolkit-base (= %s), libnvidia-container-tools (= %s)" % (
+            VERSION, VERSION) if name == "nvidia-container-toolkit" else ""
+        (root / "DEBIAN" / "control").write_text(
+            "Package: %s\nVersion: %s\nArchitecture: all\nMaintainer: gpuserve.llm tests <tests@gpuserve.invalid>\n"
+            "Description: STAND-IN of NVIDIA's %s for gpuserve.llm's tests%s\n" % (name, VERSION, name, depends))
+        if name == "nvidia-container-toolkit":
+            runtime = root / "usr" / "bin" / "nvidia-container-runtime"
+            runtime.parent.mkdir(parents=True)
+            # The test bed's `nvidia` runtime is runc too: containers run on the CPU.
+            runtime.write_text("#!/bin/sh\n# STAND-IN of the NVIDIA container runtime: plain runc.\n"
+                               "exec /usr/sbin/runc \"$@\"\n")
+            runtime.chmod(0o755)
+        run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(repo / ("%s_%s_all.deb" % (name, VERSION)))])
+    stanzas = []
+    for deb in sorted(repo.glob("*.deb")):
+        data = deb.read_bytes()
+        control = run(["dpkg-deb", "-f", str(deb)]).stdout.strip()
+        stanzas.append("%s\nFilename: ./%s\nSize: %d\nSHA256: %s\n" % (
+            control, deb.name, len(data), hashlib.sha256(data).hexdigest()))
+    packages = "\n".join(stanzas).encode()
+    (repo / "Packages").write_bytes(packages)
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%a, %d %b %Y %H:%M:%S UTC")
+    (repo / "Release").write_text("Origin: gpuserve-tests\nLabel: stand-in NVIDIA container toolkit\nDate: %s\n"
+                                  "SHA256:\n %s %d Packages\n" % (date, hashlib.sha256(packages).hexdigest(),
+                                                                  len(packages)))
+    home = tmp_path_factory.mktemp("gnupg")
+    home.chmod(0o700)
+    env = dict(os.environ, GNUPGHOME=str(home))
+    run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key", "gpuserve host stage test <host@gpuserve.invalid>",
+         "ed25519", "sign", "never"], env=env)
+    fpr = [line.split(":")[9] for line in run(["gpg", "--with-colons", "--list-keys"], env=env).stdout.splitlines()
+           if line.startswith("fpr:")][0]
+    run(["gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", "", "--local-user", fpr, "--clearsign",
+         "--output", str(repo / "InRelease"), str(repo / "Release")], env=env)
+    (top / "libnvidia-container" / "gpgkey").write_text(run(["gpg", "--armor", "--export", fpr], env=env).stdout)
+    subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, check=False)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(top))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield "http://127.0.0.1:%d" % server.server_address[1], fpr
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def bare_hosts(docker_host):
+    """Three bare test hosts (the test-host image: python3, python3-venv; no Docker), started the way the
+    spike found a Docker daemon can run inside one. Yields {name: container}."""
+    image = os.environ.get("GPUSERVE_TESTHOST_IMAGE") or run(
+        [os.path.join(TESTS, "testbed", "images.sh")], env=dict(os.environ, DOCKER_HOST=docker_host)).stdout.strip()
+    tag = "gpuserve-test-host-%d" % os.getpid()
+    names = {n: "%s-%s" % (tag, n) for n in ("good", "badjson", "badkey")}
+    try:
+        for short, name in names.items():
+            docker(docker_host, "run", "-d", "--init", "--name", name, "--network", "host", "--cap-add", "ALL",
+                   "--cap-drop", "SYS_RESOURCE", "--security-opt", "seccomp=unconfined",
+                   "--security-opt", "apparmor=unconfined", "-v", "%s:/var/lib/docker" % name,
+                   "-v", "%s:/opt/gpuserve-tests:ro" % TESTS,
+                   "-e", "NVML_REPLAY_SCENARIO=/opt/gpuserve-tests/nvml_scenarios/rtxpro6000x4-healthy.json",
+                   image, "sleep", "infinity")
+        good, bad = names["good"], names["badjson"]
+        docker(docker_host, "exec", good, "sh", "-c", CGROUPS_RW)
+        write_in(docker_host, good, "dpkg-divert --quiet --local --rename --divert /etc/init.d/docker.distrib --add "
+                 "/etc/init.d/docker && mkdir -p /etc/init.d /etc/docker && cat > /etc/init.d/docker && "
+                 "chmod 755 /etc/init.d/docker", INIT_SCRIPT)
+        write_in(docker_host, good, "cat > /etc/docker/daemon.json", json.dumps(FOREIGN_JSON))
+        write_in(docker_host, bad, "mkdir -p /etc/docker && cat > /etc/docker/daemon.json", BROKEN_JSON)
+        yield names
+    finally:
+        for name in names.values():
+            docker(docker_host, "rm", "-f", "-v", name, check=False)
+            docker(docker_host, "volume", "rm", "-f", name, check=False)
+
+
+def sh(docker_host, host, command):
+    return docker(docker_host, "exec", host, "sh", "-c", command, check=False)
+
+
+def installed(docker_host, host, package):
+    """The package's installed version on the host, or None."""
+    got = sh(docker_host, host, "dpkg-query -W -f '${db:Status-Status} ${Version}' %s" % package)
+    return got.stdout.split()[1] if got.returncode == 0 and got.stdout.startswith("installed ") else None
+
+
+def host_state(docker_host, host):
+    """What the stage could have changed on a host, as one comparable text."""
+    return sh(docker_host, host, "cat /etc/docker/daemon.json 2>&1; ls /etc/apt/sources.list.d /etc/apt/keyrings "
+              "/var/lib/apt/lists /opt /etc/docker 2>&1; dpkg-query -W -f '${Package} ${Version}\\n' | sha256sum; "
+              "getent group docker; pgrep -x dockerd").stdout
+
+
+class HostFleet(object):
+    """The inventory and ansible-playbook runs for the bare hosts."""
+
+    def __init__(self, workdir, docker_host, names, mirror, fpr):
+        self.workdir, self.docker_host = workdir, docker_host
+        common = dict(
+            ansible_connection="community.docker.docker", ansible_user="root",
+            ansible_python_interpreter="/usr/bin/python3", ansible_docker_extra_args="-H " + docker_host,
+            host_apt_mirror=mirror, host_nvidia_key_fingerprint=fpr,
+            host_venv_wheelhouse=os.path.join(ROOT, ".work", "wheelhouse"), host_venv_packages=host_requirements(),
+            # llama.cpp on the CPU with burn-in weights; the replayed GPUs (NVML double) pass the preflight,
+            # and the engine runs through the host's nvidia runtime.
+            llm_engine="llamacpp", llm_gpus=[0], llm_weights="dummy", llm_model="gpuserve/tiny-llama-dummy",
+            llm_model_max_context=8192, llm_context=2048, llm_max_tokens=256, llm_parallel=2, llm_dense="q4",
+            llm_model_dense="q4", llm_kv="bf16", llm_drafter="off", llm_vision=False, llm_reserve_gib=0,
+            llm_kv_cap_gib=0, llm_host="127.0.0.1", llm_port=PORT, llm_served_model_name="tiny",
+            preflight_min_free_mib=1000, preflight_disk_checkpoint_gib=1, preflight_disk_image_gib=1,
+            preflight_disk_kernels_gib=1, service_ulimits=[], autotune_llamacpp=False,
+            image_debian_cache=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(workdir / "images")))
+        hosts = dict((name, dict(common)) for name in names.values())
+        hosts[names["badkey"]]["host_nvidia_key_fingerprint"] = OTHER_FPR
+        (workdir / "hosts.yml").write_text(yaml.safe_dump({"llm_hosts": {"hosts": hosts}}))
+
+    def run(self, *args):
+        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_FORCE_COLOR="0", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+                   DOCKER_HOST=self.docker_host)
+        env.pop("NVML_REPLAY_SCENARIO", None)
+        argv = [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, "site.yml"), "-i",
+                str(self.workdir / "hosts.yml")] + list(args)
+        proc = subprocess.run(argv, cwd=str(self.workdir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=900, check=False)
+        return Result(proc, self.workdir)
+
+
+def ask(url, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg signs the test's apt repository (tests/run.sh installs it)")
+def test_bare_hosts_check_then_live_then_rerun_then_a_refused_data_root_move(bare_hosts, apt_repo, docker_host, tmp_path):
+    started = time.monotonic()
+    mirror, fpr = apt_repo
+    good, badjson, badkey = bare_hosts["good"], bare_hosts["badjson"], bare_hosts["badkey"]
+    fleet = HostFleet(tmp_path, docker_host, bare_hosts, mirror, fpr)
+    before = dict((h, host_state(docker_host, h)) for h in bare_hosts.values())
+
+    # --check on the bare hosts: every package, file, start and reload listed; nothing changes.
+    check = fleet.run("--check", "--diff")
+    assert check.rc != 0, check
+    assert dict((h, host_state(docker_host, h)) for h in bare_hosts.values()) == before, check
+    for line in ["install docker.io", "install nvidia-container-toolkit %s" % VERSION, "install runc",
+                 "install nvidia-container-toolkit-base %s" % VERSION, "install rsync",
+                 "would start the Docker daemon once docker.io is installed", '"live-restore": true',
+                 '"nvidia-container-runtime"']:
+        assert check.says(line), (line, check)
+    assert check.codes(badjson) == ["E_DAEMON_JSON"] and check.codes(badkey) == ["E_APT_KEY"], check
+    assert "E_DOCKER" in check.codes(good), check  # no daemon yet: a real run installs and starts one
+    check_s = time.monotonic() - started
+
+    # The real run: good goes LIVE on its own daemon; the other two stop with their codes, changed nothing.
+    first = fleet.run()
+    assert first.rc != 0 and first.recap[good]["failed"] == 0, first
+    assert first.says("gpuserve/tiny-llama-dummy is now LIVE! on port %d (dummy weights)" % PORT), first
+    assert first.codes(badjson) == ["E_DAEMON_JSON"], first
+    assert first.says("the Docker daemon's configuration /etc/docker/daemon.json is left as it is"), first
+    assert first.codes(badkey) == ["E_APT_KEY"], first
+    assert first.says("has the fingerprint %s, not the pinned %s; nothing was installed" % (fpr, OTHER_FPR)), first
+    assert sh(docker_host, badjson, "cat /etc/docker/daemon.json").stdout == BROKEN_JSON
+    for host in (badjson, badkey):
+        assert installed(docker_host, host, "docker.io") is None and installed(docker_host, host, "rsync") is None
+        assert sh(docker_host, host, "ls /etc/apt/sources.list.d /etc/apt/keyrings 2>/dev/null").stdout.count("gpuserve") == 0
+        assert host_state(docker_host, host) == before[host], host
+
+    assert installed(docker_host, good, "docker.io") and installed(docker_host, good, "rsync")
+    assert [installed(docker_host, good, p) for p in TOOLKIT] == [VERSION] * 4
+    conf = json.loads(sh(docker_host, good, "cat /etc/docker/daemon.json").stdout)
+    assert conf == dict(FOREIGN_JSON, **{"live-restore": True,
+                                         "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}})
+    info = json.loads(sh(docker_host, good, "docker info --format '{{json .}}'").stdout)
+    assert info["LiveRestoreEnabled"] is True and "nvidia" in info["Runtimes"], info
+    engine = json.loads(sh(docker_host, good, "docker inspect gpuserve-llm-a").stdout)[0]
+    assert engine["State"]["Running"] and engine["HostConfig"]["Runtime"] == "nvidia", engine["HostConfig"]
+    reply = ask("http://127.0.0.1:%d/v1/chat/completions" % PORT,
+                {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+    assert reply["choices"][0]["message"]["content"]
+    first_s = time.monotonic() - started - check_s
+
+    # A rerun changes nothing on the host it brought up.
+    again = fleet.run("--limit", good)
+    assert again.rc == 0 and again.recap[good]["changed"] == 0, again
+
+    # A data-root move under a container the collection does not own is refused before daemon.json changes.
+    image = sh(docker_host, good, "docker inspect -f '{{.Config.Image}}' gpuserve-llm-a").stdout.strip()
+    assert sh(docker_host, good, "docker run -d --name foreign-job --network host %s sleep 600" % image).returncode == 0
+    moved = fleet.run("--tags", "host", "--limit", good, "-e", "host_docker_data_root=/var/lib/docker-moved")
+    assert moved.rc != 0, moved
+    assert moved.says("E_DOCKER_RESTART [error] %s unix:///var/run/docker.sock" % good), moved
+    assert moved.says("would stop 1 container(s) the collection does not own: foreign-job"), moved
+    held = sh(docker_host, good, "docker image ls --format '{{.Repository}}:{{.Tag}}'").stdout.split()
+    assert len(held) == 1, held  # the engine image, which the foreign container runs too
+    assert moved.says("would strand the 1 image(s) the old data root holds: %s" % held[0]), moved
+    assert "data-root" not in json.loads(sh(docker_host, good, "cat /etc/docker/daemon.json").stdout)
+    assert sh(docker_host, good, "docker inspect -f '{{.State.Running}}' foreign-job gpuserve-llm-a").stdout.split() == \
+        ["true", "true"]
+    print("host stage test: --check %.0f s, first run %.0f s, rerun and refusal %.0f s, in all %.0f s" % (
+        check_s, first_s, time.monotonic() - started - check_s - first_s, time.monotonic() - started))
