@@ -589,12 +589,13 @@ def report(paths):
             p = r["bench"]["prefill"]
             cells += [med(p[i], "prefill_tok_s"), med(p[i], "ttft_s", " s")] if i < len(p) else ["-", "-"]
         lines.append("| %s tokens | %s |" % (fmt(row["prompt_tokens"]), " | ".join(cells)))
-    if all(r["bench"].get("reuse") for r in runs):
+    if any(r["bench"].get("reuse") for r in runs):
         lines += ["", "## Prompt reuse (a 32K-token conversation, turns 2-5)", "", "| | " + " | ".join(names) + " |",
                   "|---|" + "---|" * len(runs)]
         for key, label in (("first_time_s", "first turn"), ("next_time_s", "next turns (median)"),
                            ("matched_cold_s", "a cold prompt as long as the last turn")):
-            lines.append("| %s | %s |" % (label, " | ".join(med(r["bench"]["reuse"], key, " s") for r in runs)))
+            cells = [med(r["bench"]["reuse"], key, " s") if r["bench"].get("reuse") else "-" for r in runs]
+            lines.append("| %s | %s |" % (label, " | ".join(cells)))
     for r in runs:
         accept = [x["engine"]["draft_acceptance"] for x in r["bench"]["decode"] if "draft_acceptance" in x["engine"]]
         if accept:
