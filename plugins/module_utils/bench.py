@@ -11,6 +11,13 @@ Prefill: cold prompts, each with its own prefix: prompt tokens over the time to 
 Prompt reuse: a conversation growing turn by turn, each turn's time to first token, against a cold
 prompt as long as the last turn.
 
+Every row is measured warm and more than once: first a warm-up pass of the same shape, not timed (the
+row's concurrency and prompt kind, its reply length; a cold prompt of the row's size; a whole
+conversation), so that kernels compiled or captured on first use, grammars compiled for a schema and
+the like are paid before the clock runs; then `repeats` timed passes, each with prompts of its own.
+A row gives each figure's median over the passes and its spread, the lowest and highest pass
+(`range`); the passes themselves and the warm-up's figures are kept beside.
+
 Beside each row, where the engine reports them: its own figures (llama.cpp's per-request timings,
 vLLM's and SGLang's Prometheus histograms over the row), and the client's CPU use (this process's
 CPU seconds over the row's wall seconds), which shows that the client is not the bottleneck.
@@ -53,6 +60,23 @@ def rnd(value, digits=1):
     return None if value is None else round(value, digits)
 
 
+def spread(passes, keys, digits=1):
+    """Each key's median over the passes and its range, [lowest, highest], leaving out passes without
+    it: ({key: median}, {key: [low, high]}); a key no pass has is None in both."""
+    medians, ranges = {}, {}
+    for key in keys:
+        values = [p[key] for p in passes if p.get(key) is not None]
+        medians[key] = rnd(median(values), digits)
+        ranges[key] = [min(values), max(values)] if values else None
+    return medians, ranges
+
+
+def engine_spread(passes):
+    """The engine's own figures over the passes, as spread() gives them for the client's."""
+    keys = sorted(set(k for p in passes for k in p["engine"]))
+    return spread([p["engine"] for p in passes], keys, 3)
+
+
 def engine_figures(before, after, streams):
     """What the engine itself says about a row: its histograms' means over the row, its draft
     acceptance, and llama.cpp's per-request timings (median)."""
@@ -84,6 +108,20 @@ class Bench(object):
         self.nonce = uuid.uuid4().hex[:12]  # cold prompts of this run share no prefix with any earlier run
         self.sizer = None
         self.counter = 0
+        self.repeats = max(1, int(opts.get("repeats", 3)))
+        self.warmup = bool(opts.get("warmup", True))
+
+    def _passes(self, what, measure):
+        """The warm-up pass (when asked for; its figures kept, never counted), then the timed passes."""
+        warm = None
+        if self.warmup:
+            self.log("%s: warm-up" % what)
+            warm = measure("warm")
+        passes = []
+        for i in range(self.repeats):
+            self.log("%s: pass %d of %d" % (what, i + 1, self.repeats))
+            passes.append(measure(i))
+        return warm, passes
 
     def _stream(self, messages, max_tokens, **params):
         return self.client.stream(messages, max_tokens=max_tokens, **dict(GREEDY, **params))
@@ -100,7 +138,26 @@ class Bench(object):
 
     # -- decode -------------------------------------------------------------------------------
 
+    def decode(self, kind, n):
+        """A decode row: n concurrent requests of a kind, warmed up at that shape, median and range over
+        the timed passes."""
+        warm, passes = self._passes("decode %s x%d" % (kind, n), lambda _i: self.decode_row(kind, n))
+        medians, ranges = spread(passes, ("aggregate_tok_s", "per_request_tok_s", "ttft_ms", "mean_reply_tokens",
+                                          "mean_prompt_tokens", "wall_s"))
+        engine, engine_range = engine_spread(passes)
+        row = {"kind": kind, "requests": n, "repeats": len(passes), "spread": "min-max",
+               "reply_tokens": int(median([p["reply_tokens"] for p in passes])),
+               "client_cpu_cores": max(p["client_cpu_cores"] or 0 for p in passes),
+               "range": ranges, "engine": engine, "engine_range": engine_range,
+               "warmup": warm and dict((k, warm[k]) for k in ("aggregate_tok_s", "per_request_tok_s", "ttft_ms",
+                                                               "wall_s", "engine")),
+               "passes": [dict((k, p[k]) for k in ("aggregate_tok_s", "per_request_tok_s", "ttft_ms", "wall_s",
+                                                    "engine")) for p in passes]}
+        row.update(medians)
+        return row
+
     def decode_row(self, kind, n):
+        """One pass of a decode row: n requests at once, each a distinct prompt (no pass repeats another's)."""
         reply = self.o["reply_tokens"]
         base = self.counter
         self.counter += n
@@ -117,6 +174,7 @@ class Bench(object):
 
         streams, wall, cores, before, after = self._window(one, range(n), n)
         tokens = [self._tokens(s) for s in streams]
+        prompt_tokens = [self._prompt_tokens(s) for s in streams]
         start = min(s["start"] for s in streams)
         end = max(s["end"] for s in streams)
         per_request = [(t - 1) / (s["last"] - s["first"]) for s, t in zip(streams, tokens)
@@ -124,6 +182,7 @@ class Bench(object):
         ttfts = [s["first"] - s["start"] for s in streams if s["first"] is not None]
         return {
             "kind": kind, "requests": n, "reply_tokens": sum(tokens), "mean_reply_tokens": rnd(sum(tokens) / float(n)),
+            "mean_prompt_tokens": rnd(sum(prompt_tokens) / float(n)) if all(prompt_tokens) else None,
             "aggregate_tok_s": rnd(sum(tokens) / (end - start)) if end > start else None,
             "per_request_tok_s": rnd(median(per_request)), "ttft_ms": rnd(1000 * median(ttfts)) if ttfts else None,
             "wall_s": rnd(wall, 2), "client_cpu_cores": rnd(cores, 3), "engine": engine_figures(before, after, streams),
@@ -156,8 +215,24 @@ class Bench(object):
         first = s["first"] if s["first"] is not None else s["end"]
         return s, first - s["start"]
 
-    def prefill_row(self, size):
-        text = self._cold_text(size, "prefill-%d" % size)
+    def prefill(self, size):
+        """A prefill row: a cold prompt of the size first (not timed), then one cold prompt a pass."""
+        warm, passes = self._passes("prefill %d" % size, lambda i: self.prefill_row(size, i))
+        medians, ranges = spread(passes, ("prompt_tokens", "ttft_s", "prefill_tok_s"), 3)
+        engine, engine_range = engine_spread(passes)
+        row = {"size": size, "repeats": len(passes), "spread": "min-max", "range": ranges,
+               "client_cpu_cores": max(p["client_cpu_cores"] or 0 for p in passes),
+               "engine": engine, "engine_range": engine_range,
+               "warmup": warm and dict((k, warm[k]) for k in ("prompt_tokens", "ttft_s", "prefill_tok_s")),
+               "passes": [dict((k, p[k]) for k in ("prompt_tokens", "ttft_s", "prefill_tok_s")) for p in passes]}
+        row.update(medians)
+        row["prompt_tokens"] = int(row["prompt_tokens"] or 0)
+        row["prefill_tok_s"] = rnd(row["prefill_tok_s"])
+        return row
+
+    def prefill_row(self, size, label=0):
+        """One cold prompt of `size` tokens; `label` tells the passes' prompts apart (each its own prefix)."""
+        text = self._cold_text(size, "prefill-%d-%s" % (size, label))
         results, wall, cores, before, after = self._window(
             lambda _item: self._first_token([{"role": "user", "content": text}]), [0], 1)
         s, ttft = results[0]
@@ -166,18 +241,31 @@ class Bench(object):
                 "prefill_tok_s": rnd(prompt_tokens / ttft) if ttft > 0 and prompt_tokens else None,
                 "client_cpu_cores": rnd(cores, 3), "engine": engine_figures(before, after, [s])}
 
-    def reuse_rows(self):
+    def reuse(self):
+        """Prompt reuse: a whole conversation first (not timed), then one conversation a pass."""
+        warm, passes = self._passes("prompt reuse", self.reuse_rows)
+        medians, ranges = spread(passes, ("first_time_s", "next_time_s", "matched_cold_s", "speedup"), 3)
+        out = dict((k, passes[0][k]) for k in ("first_turn_tokens", "next_turn_tokens", "matched_cold_tokens"))
+        out.update(medians, repeats=len(passes), spread="min-max", range=ranges, passes=passes,
+                   warmup=warm and dict((k, warm[k]) for k in ("first_time_s", "next_time_s", "matched_cold_s")))
+        out["speedup"] = rnd(out["speedup"])
+        return out
+
+    def reuse_rows(self, label=0):
+        """One conversation growing turn by turn; `label` gives each pass's conversation its own prefix."""
         size, turns = self.o["reuse_tokens"], self.o["reuse_turns"]
-        messages = [{"role": "user", "content": self._cold_text(size, "reuse")}]
+        messages = [{"role": "user", "content": self._cold_text(size, "reuse-%s" % label)}]
         times, sizes = [], []
         for turn in range(turns):
             s, ttft = self._first_token(messages)
             times.append(ttft)
             sizes.append(self._prompt_tokens(s))
+            follow_up = "Now name one more detail of the text, turn %d." % (turn + 2)
             messages = messages + [{"role": "assistant", "content": s["text"] or "(no reply)"},
-                                   {"role": "user", "content": "Now name one more detail of the text, turn %d." % (turn + 2)}]
+                                   {"role": "user", "content": follow_up}]
         # A cold prompt as long as the last turn: the matched first-time figure.
-        matched, matched_ttft = self._first_token([{"role": "user", "content": self._cold_text(sizes[-1], "reuse-matched")}])
+        cold = self._cold_text(sizes[-1], "reuse-matched-%s" % label)
+        matched, matched_ttft = self._first_token([{"role": "user", "content": cold}])
         return {"first_turn_tokens": sizes[0], "first_time_s": rnd(times[0], 3),
                 "next_turn_tokens": sizes[1:], "next_times_s": [rnd(t, 3) for t in times[1:]],
                 "next_time_s": rnd(median(times[1:]), 3),
@@ -193,12 +281,9 @@ class Bench(object):
         self._stream([{"role": "user", "content": "Warm up."}], 8)
         for kind in self.o["kinds"]:
             for n in self.o["concurrency"]:
-                self.log("decode %s x%d" % (kind, n))
-                out["decode"].append(self.decode_row(kind, n))
+                out["decode"].append(self.decode(kind, n))
         for size in self.o["prefill_sizes"]:
-            self.log("prefill %d" % size)
-            out["prefill"].append(self.prefill_row(size))
+            out["prefill"].append(self.prefill(size))
         if self.o["reuse_turns"] > 1 and self.o["reuse_tokens"] > 0:
-            self.log("prompt reuse")
-            out["reuse"] = self.reuse_rows()
+            out["reuse"] = self.reuse()
         return out

@@ -51,6 +51,7 @@ RANGES = {
     "bench_prefill_reply_tokens": (1, None),
     "bench_reuse_tokens": (1, None),
     "bench_reuse_turns": (2, None),
+    "bench_repeats": (1, None),
     "verify_exact_prompts": (1, None),
     "verify_exact_max_tokens": (1, None),
     "verify_burst_size": (1, None),

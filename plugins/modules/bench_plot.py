@@ -15,7 +15,8 @@ version_added: "0.1.0"
 description:
   - Runs on the workstation (matplotlib, from the collection's requirements.txt). Two plots against the number of
     concurrent requests, one line per endpoint and prompt kind - aggregate and per-request tok/s
-    (C(throughput.png)), and the median time to the first token (C(ttft.png)).
+    (C(throughput.png)), and the median time to the first token (C(ttft.png)); where the rows were measured more
+    than once, each point is the median with a bar to the lowest and highest pass.
 author:
   - gpuserve.llm contributors (@gpuserve)
 extends_documentation_fragment:
@@ -69,7 +70,8 @@ except ImportError:
 
 
 def series(result, field):
-    """(label, x, y) per endpoint and prompt kind, for a decode row field."""
+    """(label, x, y, yerr) per endpoint and prompt kind, for a decode row field; yerr is the distance from each
+    median down and up to the passes' lowest and highest (None where the rows have no range)."""
     out = []
     for ep in result["endpoints"]:
         kinds = []
@@ -79,15 +81,19 @@ def series(result, field):
         for kind in kinds:
             rows = [r for r in ep["decode"] if r["kind"] == kind and r.get(field) is not None]
             label = kind if len(result["endpoints"]) == 1 else "%s, %s" % (ep["name"], kind)
-            out.append((label, [r["requests"] for r in rows], [r[field] for r in rows]))
+            spans = [(r.get("range") or {}).get(field) for r in rows]
+            yerr = None
+            if rows and all(spans):
+                yerr = [[r[field] - s[0] for r, s in zip(rows, spans)], [s[1] - r[field] for r, s in zip(rows, spans)]]
+            out.append((label, [r["requests"] for r in rows], [r[field] for r in rows], yerr))
     return out
 
 
 def curves(ax, result, field, ylabel):
     """One line per endpoint and kind against the concurrency, on a log-2 axis."""
     ticks = set()
-    for label, x, y in series(result, field):
-        ax.plot(x, y, marker="o", label=label)
+    for label, x, y, yerr in series(result, field):
+        ax.errorbar(x, y, yerr=yerr, marker="o", capsize=3, label=label)
         ticks.update(x)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(ticks))

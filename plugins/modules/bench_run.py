@@ -20,6 +20,10 @@ description:
     prompt as long as its last turn.
   - Timing is the client's, from the stream; the engine's own figures are given beside where it reports them, and
     the client's CPU use for every row.
+  - Every row is warmed up first with a pass of its own shape that is not timed (the row's concurrency and prompt
+    kind; a cold prompt of the row's size; a whole conversation), then measured O(repeats) times with prompts of
+    each pass's own; a row's figures are the medians over the passes, with each one's range (lowest and highest
+    pass) beside, and the passes and the warm-up's figures are kept in the row.
   - Fails with E_ENDPOINT when an endpoint does not answer, E_BENCH when a measurement's requests fail.
 author:
   - gpuserve.llm contributors (@gpuserve)
@@ -89,6 +93,14 @@ options:
     description: Turns of the conversation.
     type: int
     default: 5
+  repeats:
+    description: Timed passes of each row; its figures are their medians, with the range beside.
+    type: int
+    default: 3
+  warmup:
+    description: Send each row's shape once, not timed, before its timed passes (kernels compiled on first use).
+    type: bool
+    default: true
   timeout:
     description: Seconds one request may take.
     type: int
@@ -111,7 +123,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 endpoints:
-  description: Per endpoint - name, url, models, decode rows, prefill rows, reuse, seconds.
+  description: Per endpoint - name, url, models, decode rows, prefill rows, reuse, seconds. Each row holds its
+    medians, their C(range) (lowest and highest pass), its C(passes) and its C(warmup) figures.
   returned: always
   type: list
   elements: dict
@@ -144,6 +157,13 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
+def progress_steps(p):
+    """A step a pass: the warm-up and each timed pass of every row, for every endpoint."""
+    rows = len(p["kinds"]) * len(p["concurrency"]) + len(p["prefill_sizes"])
+    rows += 1 if p["reuse_turns"] > 1 and p["reuse_tokens"] > 0 else 0
+    return len(p["endpoints"]) * rows * (p["repeats"] + (1 if p["warmup"] else 0))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -160,6 +180,8 @@ def main():
             prefill_reply_tokens=dict(type="int", default=8, no_log=False),
             reuse_tokens=dict(type="int", default=32768, no_log=False),
             reuse_turns=dict(type="int", default=5),
+            repeats=dict(type="int", default=3),
+            warmup=dict(type="bool", default=True),
             timeout=dict(type="int", default=1800),
             progress_file=dict(type="path", default=""),
         ),
@@ -167,12 +189,12 @@ def main():
     )
     p = module.params
     bad = sorted(set(p["kinds"]) - {"prose", "structured", "code"})
-    if bad or not p["concurrency"] or min(p["concurrency"]) < 1:
-        message = "bench_kinds must be among prose, structured, code (got %s) and bench_concurrency positive " \
-                  "numbers (got %s)" % (", ".join(p["kinds"]), p["concurrency"])
+    if bad or not p["concurrency"] or min(p["concurrency"]) < 1 or p["repeats"] < 1:
+        message = "bench_kinds must be among prose, structured, code (got %s), bench_concurrency positive " \
+                  "numbers (got %s) and bench_repeats 1 or more (got %s)" % (", ".join(p["kinds"]), p["concurrency"],
+                                                                           p["repeats"])
         fail(module, "E_CONFIG", "bench settings", message)
-    steps = len(p["endpoints"]) * (len(p["kinds"]) * len(p["concurrency"]) + len(p["prefill_sizes"]) + 1)
-    progress = StepFile(p["progress_file"], steps)
+    progress = StepFile(p["progress_file"], progress_steps(p))
     out = []
     for ep in p["endpoints"]:
         client = Client(ep["url"], ep["api_key"], ep["model"], p["timeout"])

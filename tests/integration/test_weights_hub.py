@@ -236,7 +236,8 @@ def test_no_secret_is_written_anywhere_in_a_whole_life_of_the_service(fleet, hub
                image_debian_cache=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(tmp_path / "images")),
                verify_checks=["concurrent_solo", "tool_calls"], verify_exact_prompts=2, verify_tool_calls=2,
                verify_progress_interval=2, bench_concurrency=[1], bench_kinds=["prose"], bench_reply_tokens=16,
-               bench_prefill_sizes=[512], bench_reuse_turns=2, bench_progress_interval=2, **HUB)
+               bench_prefill_sizes=[512], bench_reuse_turns=2, bench_progress_interval=2,
+               bench_repeats=1, bench_warmup=False, **HUB)  # one pass: this test is about secrets, molecule times passes
     vault = _vaulted(fleet, "llm_api_key", key)
     runs = {}
 
