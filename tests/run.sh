@@ -95,7 +95,7 @@ check_phase() {  # check_phase NAME COMMAND...: a phase, unless it passed on the
   cached "$1" || phase "$@"
 }
 
-# Molecule scenarios beside the playbook tests (each its own log and time), collected by
+# Molecule scenarios beside the lanes and the playbook tests (each its own log and time), collected by
 # join_molecule: their hosts wait on containers and Ansible's polling while the playbook tests wait
 # on engines, so on 2 cores the two together take less than one after the other. They share the
 # daemon (and the llama.cpp root, written by rename), never a port or a container name.
@@ -244,6 +244,9 @@ inputs_key
 
 check_phase "yamllint" .venv/bin/yamllint -s .
 check_phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh scripts/*.sh .ci/run
+# Molecule's scenarios in the background from here on: they fill the cores the lanes below leave idle
+# while one lane is single-threaded, and the playbook tests after them.
+start_molecule preflight check_mode default
 # Three lanes side by side on the 2 cores: each check runs one process at a time.
 lane_lint() {
   in_venv ansible-lint -q && tests/testbed/package.sh .venv && tests/testbed/sanity.sh .venv
@@ -252,11 +255,10 @@ LATEST=()
 [[ -z $PY312 ]] || LATEST=(-- "ansible-test sanity, newest ansible-core" tests/testbed/sanity.sh .venv-latest)
 together "ansible-lint, collection build and install, ansible-test sanity 2.19" lane_lint \
   -- "pytest unit, ansible-core 2.19" run_pytest .venv tests/unit "${LATEST[@]}"
-start_molecule preflight check_mode default
 if [[ -x .venv-latest/bin/python ]]; then
-  check_phase "pytest unit + playbooks, newest ansible-core" run_pytest .venv-latest --durations=10 tests/unit tests/integration
+  check_phase "pytest unit + playbooks, newest ansible-core" run_pytest .venv-latest --durations=25 tests/unit tests/integration
 else
-  check_phase "pytest playbooks, ansible-core 2.19" run_pytest .venv --durations=10 tests/integration
+  check_phase "pytest playbooks, ansible-core 2.19" run_pytest .venv --durations=25 tests/integration
 fi
 join_molecule
 summary

@@ -41,10 +41,28 @@ def hosts(fleet, docker_host, tmp_path):
         docker(docker_host, "rm", "-f", cid, check=False)
 
 
-def test_tune_once_for_the_fleet_cache_hit_on_rerun_forced_retune(hosts):
-    fleet, add, _prefix = hosts
-    add("t1", 18150)
+def test_a_killed_tune_leaves_no_stamp_then_the_fleet_tunes_once_hits_its_cache_retunes_serves_it(hosts, docker_host):
+    """One fleet for the stage's whole story (two hosts with the same key): t1's tune killed midway, then
+    one tune for both, a rerun's cache hit, a forced retune, t1 serving on the choice, and no tune beside it."""
+    fleet, add, prefix = hosts
+    add("t1", 18150, autotune_llamacpp_repetitions=200)
     add("t2", 18151)
+    run = fleet.start("site.yml", "--tags", "autotune", "--limit", "t1")
+    tuner = "%s-t1-autotune" % prefix
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if docker(docker_host, "ps", "-q", "--filter", "name=" + tuner, "--filter", "status=running").stdout.strip():
+            break
+        time.sleep(0.5)
+    time.sleep(2)
+    docker(docker_host, "kill", tuner)
+    killed = fleet.finish(run)
+    assert killed.rc != 0
+    assert killed.says("E_AUTOTUNE") and killed.says("the tuner exited 137"), killed
+    assert killed.says("nothing is marked ready") and killed.says("its log ends"), killed
+    assert stamps(fleet, "t1") == []
+
+    fleet.hosts["t1"]["autotune_llamacpp_repetitions"] = 2
     first = fleet.run("site.yml", "--tags", "autotune")
     assert first.rc == 0, first
     [s1], [s2] = stamps(fleet, "t1"), stamps(fleet, "t2")
@@ -67,38 +85,18 @@ def test_tune_once_for_the_fleet_cache_hit_on_rerun_forced_retune(hosts):
     assert forced.says("item=t1 tuning llamacpp"), forced
     assert f2["files"] == f1["files"]
 
-
-def test_a_killed_tune_leaves_no_stamp_then_tunes_and_the_service_uses_it(hosts, docker_host):
-    fleet, add, prefix = hosts
-    add("k1", 18152, autotune_llamacpp_repetitions=200)
-    run = fleet.start("site.yml", "--tags", "autotune")
-    tuner = "%s-k1-autotune" % prefix
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if docker(docker_host, "ps", "-q", "--filter", "name=" + tuner, "--filter", "status=running").stdout.strip():
-            break
-        time.sleep(0.5)
-    time.sleep(2)
-    docker(docker_host, "kill", tuner)
-    killed = fleet.finish(run)
-    assert killed.rc != 0
-    assert killed.says("E_AUTOTUNE") and killed.says("the tuner exited 137"), killed
-    assert killed.says("nothing is marked ready") and killed.says("its log ends"), killed
-    assert stamps(fleet, "k1") == []
-
-    fleet.hosts["k1"]["autotune_llamacpp_repetitions"] = 2
-    served = fleet.run("site.yml")
+    served = fleet.run("site.yml", "--limit", "t1")
     assert served.rc == 0, served
-    [stamp] = stamps(fleet, "k1")
+    [stamp] = stamps(fleet, "t1")
     choice = stamp["choice"]
-    name = docker(docker_host, "ps", "--filter", "label=gpuserve.llm.service=%s-k1" % prefix,
+    name = docker(docker_host, "ps", "--filter", "label=gpuserve.llm.service=%s-t1" % prefix,
                   "--format", "{{.Names}}").stdout.split()[0]
     args = json.loads(docker(docker_host, "inspect", name).stdout)[0]["Args"]
     for flag, value in (("--threads", "threads"), ("--threads-batch", "threads_batch"), ("--batch-size", "batch_size"),
                         ("--ubatch-size", "ubatch_size")):
         assert args[args.index(flag) + 1] == str(choice[value]), (flag, args)
 
-    busy = fleet.run("site.yml", "--tags", "autotune", "-e", "autotune_force=true")
+    busy = fleet.run("site.yml", "--tags", "autotune", "--limit", "t1", "-e", "autotune_force=true")
     assert busy.rc == 0 and busy.says("W_AUTOTUNE_SKIPPED"), busy
     assert busy.says("is due but the engine serves on what it measures"), busy
-    assert stamps(fleet, "k1") == [stamp]  # nothing tuned beside the engine; the old result stays
+    assert stamps(fleet, "t1") == [stamp]  # nothing tuned beside the engine; the old result stays

@@ -38,8 +38,18 @@ def service(fleet, docker_host, tmp_path):
         docker(docker_host, "rm", "-f", name, check=False)
 
 
-def test_site_brings_the_model_live_reruns_change_nothing_and_changes_roll(service, docker_host, tmp_path):
+def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(service, docker_host, tmp_path):
+    """One host's service story: --check on the fresh host, LIVE, a rerun without change, a change rolled to
+    the other slot, --check of the next, then a broken image refused with the old engine health-gated back."""
     fleet, prefix = service
+    preview = fleet.run("site.yml", "--check")
+    assert preview.rc == 0, preview
+    assert preview.says("gpuserve/tiny-llama-dummy: dummy weights - GGUF, 2 layers") and preview.says("(would be made)")
+    assert preview.says("would start %s-a (check mode: nothing changed)" % prefix), preview
+    assert not preview.says("is now LIVE!")
+    assert containers(docker_host, prefix) == {}
+    assert not (tmp_path / "cpu1" / "data" / "models").exists()
+
     first = fleet.run("site.yml")
     assert first.rc == 0, first
     assert first.says("gpuserve/tiny-llama-dummy is now LIVE! on port 18130 (dummy weights)"), first
@@ -83,40 +93,25 @@ def test_site_brings_the_model_live_reruns_change_nothing_and_changes_roll(servi
     assert preview.rc == 0 and preview.says("would start %s-a and stop %s-b" % (prefix, prefix)), preview
     assert containers(docker_host, prefix) == now
 
-
-def test_a_new_container_that_fails_is_removed_and_the_old_one_serves_again(service, docker_host):
-    fleet, prefix = service
-    assert fleet.run("site.yml").rc == 0
-    before = containers(docker_host, prefix)
+    # A new container that fails health is removed and the old one is started again, health-gated.
     broken = broken_image(docker_host)
-    failed = fleet.run("site.yml", "-e", "llm_image=" + broken)
+    failed = fleet.run("site.yml", "-e", "llm_parallel=2", "-e", "llm_image=" + broken)
     assert failed.rc != 0 and failed.recap["cpu1"]["failed"] == 1, failed
-    assert failed.says("E_HEALTH [error] cpu1 %s-b" % prefix), failed
+    assert failed.says("E_HEALTH [error] cpu1 %s-a" % prefix), failed
     # The old engine passed the same health gate (and smoke request) before the play said it serves.
-    assert failed.says("The previous container %s-a was started again and passed the health gate" % prefix), failed
+    assert failed.says("The previous container %s-b was started again and passed the health gate" % prefix), failed
     after = containers(docker_host, prefix)
-    assert list(after) == [prefix + "-a"] and after[prefix + "-a"][1] and after == before
-    reply = get("http://127.0.0.1:18130/v1/chat/completions",
+    assert list(after) == [prefix + "-b"] and after[prefix + "-b"][1] and after == now
+    reply = get(url + "/v1/chat/completions",
                 body={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     assert reply["choices"][0]["message"]["content"]
     assert API_KEY not in failed.output
 
     # A restored engine that fails the gate is its own code, with its log's end. Contrived here: a smoke
     # prompt longer than a slot's context, which the old engine refuses (HTTP 400) after the new one failed.
-    both = fleet.run("site.yml", "-e", "llm_image=" + broken,
+    both = fleet.run("site.yml", "-e", "llm_parallel=2", "-e", "llm_image=" + broken,
                      "-e", json.dumps({"service_smoke_prompt": "tell me more " * 1500}))
-    assert both.rc != 0 and both.says("E_HEALTH [error] cpu1 %s-b" % prefix), both
-    assert both.says("E_ROLLBACK [error] cpu1 %s-a: the previous container %s-a was started again but did not pass "
+    assert both.rc != 0 and both.says("E_HEALTH [error] cpu1 %s-a" % prefix), both
+    assert both.says("E_ROLLBACK [error] cpu1 %s-b: the previous container %s-b was started again but did not pass "
                      "the health gate" % (prefix, prefix)), both
     assert both.says("The last lines of its log:") and not both.says("passed the health gate"), both
-
-
-def test_check_mode_on_a_fresh_host_says_what_would_happen_and_changes_nothing(service, docker_host, tmp_path):
-    fleet, prefix = service
-    preview = fleet.run("site.yml", "--check")
-    assert preview.rc == 0, preview
-    assert preview.says("gpuserve/tiny-llama-dummy: dummy weights - GGUF, 2 layers") and preview.says("(would be made)")
-    assert preview.says("would start %s-a (check mode: nothing changed)" % prefix), preview
-    assert not preview.says("is now LIVE!")
-    assert containers(docker_host, prefix) == {}
-    assert not (tmp_path / "cpu1" / "data" / "models").exists()
