@@ -145,14 +145,13 @@ class Bench(object):
         medians, ranges = spread(passes, ("aggregate_tok_s", "per_request_tok_s", "ttft_ms", "mean_reply_tokens",
                                           "mean_prompt_tokens", "wall_s"))
         engine, engine_range = engine_spread(passes)
+        kept = ("aggregate_tok_s", "per_request_tok_s", "ttft_ms", "wall_s", "engine")
         row = {"kind": kind, "requests": n, "repeats": len(passes), "spread": "min-max",
                "reply_tokens": int(median([p["reply_tokens"] for p in passes])),
                "client_cpu_cores": max(p["client_cpu_cores"] or 0 for p in passes),
                "range": ranges, "engine": engine, "engine_range": engine_range,
-               "warmup": warm and dict((k, warm[k]) for k in ("aggregate_tok_s", "per_request_tok_s", "ttft_ms",
-                                                               "wall_s", "engine")),
-               "passes": [dict((k, p[k]) for k in ("aggregate_tok_s", "per_request_tok_s", "ttft_ms", "wall_s",
-                                                    "engine")) for p in passes]}
+               "warmup": warm and dict((k, warm[k]) for k in kept),
+               "passes": [dict((k, p[k]) for k in kept) for p in passes]}
         row.update(medians)
         return row
 

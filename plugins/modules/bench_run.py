@@ -190,9 +190,9 @@ def main():
     p = module.params
     bad = sorted(set(p["kinds"]) - {"prose", "structured", "code"})
     if bad or not p["concurrency"] or min(p["concurrency"]) < 1 or p["repeats"] < 1:
-        message = "bench_kinds must be among prose, structured, code (got %s), bench_concurrency positive " \
-                  "numbers (got %s) and bench_repeats 1 or more (got %s)" % (", ".join(p["kinds"]), p["concurrency"],
-                                                                           p["repeats"])
+        message = ("bench_kinds must be among prose, structured, code (got %s), bench_concurrency positive "
+                   "numbers (got %s) and bench_repeats 1 or more (got %s)"
+                   % (", ".join(p["kinds"]), p["concurrency"], p["repeats"]))
         fail(module, "E_CONFIG", "bench settings", message)
     progress = StepFile(p["progress_file"], progress_steps(p))
     out = []

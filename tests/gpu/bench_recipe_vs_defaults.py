@@ -312,9 +312,8 @@ def measure(out, name, client, key):
                 continue
             res["decode"].append(b.decode(kind, n))
             row = res["decode"][-1]
-            log("decode %s x%d: %s tok/s %s, warm-up %s" % (kind, n, row["aggregate_tok_s"],
-                                                           row["range"]["aggregate_tok_s"],
-                                                           row["warmup"]["aggregate_tok_s"]))
+            log("decode %s x%d: %s tok/s %s, warm-up %s"
+                % (kind, n, row["aggregate_tok_s"], row["range"]["aggregate_tok_s"], row["warmup"]["aggregate_tok_s"]))
             save(out, name)
     prose = [r for r in res["decode"] if r["kind"] == "prose" and r.get("mean_prompt_tokens")]
     input_len = int(round(prose[0]["mean_prompt_tokens"])) if prose else 64
@@ -521,8 +520,8 @@ def report(paths):
               "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(runs)]
     for key in ("attention_backend", "moe_backend", "kv_cache_dtype", "cudagraph_mode", "cudagraph_sizes",
                 "max_num_batched_tokens", "kv_cache_memory", "kv_cache_tokens", "max_concurrency", "engine_init"):
-        lines.append("| %s | %s |" % (key.replace("_", " "), " | ".join(str(r.get("chosen", {}).get(key, "-"))
-                                                                         for r in runs)))
+        cells = " | ".join(str(r.get("chosen", {}).get(key, "-")) for r in runs)
+        lines.append("| %s | %s |" % (key.replace("_", " "), cells))
     lines += ["", "## Decode", "", "Aggregate tok/s, median per-request tok/s, median TTFT; the warm-up pass's TTFT "
               "(what a cold engine gave). `e` = the engine's own figure (vLLM's inter-token latency and TTFT "
               "histograms over the pass): the prose and code replies of random weights are token ids the burn-in "
@@ -551,8 +550,8 @@ def report(paths):
                   "| Kind | Requests | %s | %s | spread | change | verdict |" % (a["name"], r["name"]),
                   "|---|---|---|---|---|---|---|"]
         for kind, n, x, y, width, change, ok in rows:
-            lines.append("| %s | %d | %s | %s | %s | %+.1f %% | %s |" % (kind, n, fmt(x), fmt(y), fmt(width), change,
-                                                                      "ok" if ok else "**below**"))
+            cells = (kind, n, fmt(x), fmt(y), fmt(width), change, "ok" if ok else "**below**")
+            lines.append("| %s | %d | %s | %s | %s | %+.1f %% | %s |" % cells)
     side = [r for r in runs if r.get("vllm_bench")]
     if side:
         lines += ["", "## bench beside `vllm bench serve` (vLLM 0.26.0's own), the same server", "",
