@@ -164,6 +164,10 @@ CODES = {
     "W_NO_AUTH": (
         WARNING, "the API is bound beyond loopback without an API key",
         "Set llm_api_key (from Ansible Vault) or bind llm_host to 127.0.0.1."),
+    "W_WARM_INCOMPLETE": (
+        WARNING, "the warm-up before LIVE ran out of its time (service_warm_timeout) before some shapes (named)",
+        "The engine serves; the first requests at the named shapes pay for compilation. Raise service_warm_timeout "
+        "or warm fewer concurrencies (service_warm_concurrency)."),
     "W_UNKNOWN_SETTING": (
         WARNING, "an llm_ variable the collection does not know (a typo?)",
         "Check the variable's spelling against the README's settings table."),

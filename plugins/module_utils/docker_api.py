@@ -12,6 +12,8 @@ import json
 import socket
 import struct
 
+from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
+
 try:
     from http.client import HTTPConnection
     from urllib.parse import quote
@@ -90,3 +92,15 @@ def log_tail(docker_host, name, count, blank_lines=True):
     if not blank_lines:
         lines = [line for line in lines if line.strip()]
     return info, lines[-count:]
+
+
+def fail_with_log(module, code, docker_host, container, count, message):
+    """End the module with the finding and the engine log's last lines, in the message and beside it."""
+    try:
+        info, lines = log_tail(docker_host, container, count)
+        if info is None:
+            lines = ["(no container %s)" % container]
+    except (IOError, OSError, ValueError) as e:
+        lines = ["(the log could not be read: %s)" % e]
+    fail(module, code, container, message, details=dict(log_lines=lines),
+         shown="\nThe engine log's last lines:\n%s" % "\n".join(lines), log_lines=lines)

@@ -120,21 +120,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuserve.llm.plugins.module_utils import docker_api, engines
-from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
 from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
 
 
 def fail_with_log(module, code, message):
-    """Fail with the finding and the engine log's last lines, in the message and beside it."""
     p = module.params
-    try:
-        info, lines = docker_api.log_tail(p["docker_host"], p["container"], p["log_lines"])
-        if info is None:
-            lines = ["(no container %s)" % p["container"]]
-    except (IOError, OSError, ValueError) as e:
-        lines = ["(the log could not be read: %s)" % e]
-    fail(module, code, p["container"], message, details=dict(log_lines=lines),
-         shown="\nThe engine log's last lines:\n%s" % "\n".join(lines), log_lines=lines)
+    docker_api.fail_with_log(module, code, p["docker_host"], p["container"], p["log_lines"], message)
 
 
 def pool(engine, profile):
