@@ -57,12 +57,15 @@ RANGES = {
     "verify_burst_size": (1, None),
     "service_smoke_max_tokens": (1, None),
     "service_health_interval": (0.1, 3600),
+    "service_warm_reply_tokens": (1, None),
+    "service_warm_prompt_tokens": (0, None),
 }
 # Names ending so are waits: at least one second (a 0 would spin or never wait).
 POSITIVE_SUFFIXES = ("_timeout", "_interval")
 # Each element of a list of numbers: (minimum, maximum or None); others must be 0 or more.
 ELEMENT_RANGES = {
     "bench_concurrency": (1, 1024),
+    "service_warm_concurrency": (1, 1024),
     "bench_prefill_sizes": (1, None),
     "autotune_llamacpp_threads": (1, None),
     "autotune_llamacpp_batch_sizes": (1, None),

@@ -129,7 +129,8 @@ def summary(result):
     """One line for the play's summary: what was warmed, in how long, and the first token's change."""
     if not result:
         return "warm-up: off"
-    parts = ["%d streams %s -> %s ms" % (r["requests"], r["ttft_ms_first_max"], r["ttft_ms_then_max"])
+    parts = ["%d stream%s %s -> %s ms" % (r["requests"], "" if r["requests"] == 1 else "s", r["ttft_ms_first_max"],
+                                          r["ttft_ms_then_max"])
              for r in result["levels"]]
     if result.get("long_prompt"):
         lp = result["long_prompt"]

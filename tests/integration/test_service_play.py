@@ -54,6 +54,9 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
     assert first.rc == 0, first
     assert first.says("gpuserve/tiny-llama-dummy is now LIVE! on port 18130 (dummy weights)"), first
     assert first.says("KV pool: 8192 tokens, 8192 free") and first.says("dummy weights"), first
+    # Warmed before the LIVE line at 1, 2 and 4 streams (llm_parallel) and a long prompt, each twice.
+    assert first.says("warm-up in ") and first.says("; 4 streams ") and first.says("-token prompt "), first
+    assert first.output.index("Warm the engine at the concurrencies") < first.output.index("is now LIVE! on port")
     assert API_KEY not in first.output
     url = "http://127.0.0.1:18130"
     assert get(url + "/v1/models")["data"][0]["id"] == "tiny"
@@ -78,6 +81,7 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
     again = fleet.run("site.yml")
     assert again.rc == 0 and again.recap["cpu1"]["changed"] == 0, again
     assert again.says("is now LIVE! on port 18130") and not again.says("E_PORT_BUSY")
+    assert again.says("warm-up: none (the engine already served)"), again
     assert containers(docker_host, prefix) == running
 
     # A changed setting: a new container in the other slot, the old one gone once it is healthy.

@@ -40,7 +40,8 @@ def test_after_the_warm_up_the_first_users_get_warm_first_tokens():
     first_users = bench.Bench(engine, dict(OPTS, repeats=1, warmup=False)).decode("prose", 4)
     assert first_users["ttft_ms"] == 1000 * WARM and first_users["range"]["ttft_ms"] == [1000 * WARM] * 2
     line = warm.summary(result)
-    assert line.startswith("warm-up in ") and "4 streams 2000.0 -> 20.0 ms" in line
+    assert line.startswith("warm-up in ") and "4 streams 2000.0 -> 20.0 ms" in line and "; 2 streams " in line
+    assert ": 1 stream 2000.0 -> 20.0 ms;" in line
 
 
 def test_what_the_time_budget_leaves_out_is_named():
