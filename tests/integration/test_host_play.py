@@ -295,6 +295,8 @@ def test_bare_hosts_check_then_live_then_rerun_then_a_refused_data_root_move(bar
     reply = ask("http://127.0.0.1:%d/v1/chat/completions" % PORT,
                 {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
     assert reply["choices"][0]["message"]["content"]
+    # The connecting user (not root) is in the docker group: group.yml read it without become.
+    assert "deploy" in sh(docker_host, good, "getent group docker").stdout.strip().split(":")[-1].split(","), first
     first_s = time.monotonic() - started - check_s
 
     # A rerun changes nothing on the host it brought up.
