@@ -27,6 +27,13 @@ CODES = {
     "E_CONTEXT": (
         ERROR, "llm_context is beyond the model's window",
         "Lower llm_context to at most llm_model_max_context, or serve a model with a longer window."),
+    "E_BECOME": (
+        ERROR, "the connecting user cannot become root on the host (sudo refused it or asked for a password none was "
+        "given; host, user and sudo's words named): installing packages and Docker Engine, writing /etc/docker and "
+        "/opt/gpuserve and the Docker socket need root",
+        "Give the connecting user passwordless sudo on the host (USER ALL=(ALL:ALL) NOPASSWD: ALL in a file under "
+        "/etc/sudoers.d/), or give its sudo password with -K (--ask-become-pass) or ansible_become_password from "
+        "Ansible Vault, or connect as root."),
     "E_VENV": (
         ERROR, "the collection's Python virtualenv could not be made or filled on the host",
         "Install python3-venv (Debian/Ubuntu) on the host, or give host_venv_wheelhouse for a host without PyPI."),

@@ -200,8 +200,9 @@ class Specs(object):
 
 
 _SPECS = {}
-# What validation itself keeps (roles/llm/tasks/validate.yml): facts, not settings.
-VALIDATION_FACTS = ("llm_validation", "llm_settings", "llm_settings_display")
+# What validation itself keeps (roles/llm/tasks/validate.yml, become.yml's probe): facts, not settings.
+VALIDATION_FACTS = ("llm_validation", "llm_settings", "llm_settings_display",
+                    "llm_become_probe", "llm_become_ok", "llm_become_error", "llm_become_findings")
 
 
 def load_specs(collection):

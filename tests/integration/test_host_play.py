@@ -1,6 +1,8 @@
 """The host stage for real, on bare Debian 12 test hosts: containers from the test-host image (no
-Docker inside) on the test bed's daemon, reached with community.docker's docker connection, each with
-a volume for its own /var/lib/docker so that a Docker daemon can run inside it.
+Docker inside) on the test bed's daemon, reached over SSH as the user `deploy` becoming root through
+sudo (tests/integration/ssh_hosts.py: sshd in each host, a key made per run, host keys checked
+through the run's known_hosts), each with a volume for its own /var/lib/docker so that a Docker
+daemon can run inside it. The test reads the hosts out of band (docker exec).
 
 One fleet, one site.yml run after a --check of the bare hosts:
 - `good` holds a daemon.json with a key of the admin's; it goes from nothing to LIVE: docker.io from
@@ -12,7 +14,8 @@ One fleet, one site.yml run after a --check of the bare hosts:
 - `badjson` holds an invalid daemon.json: E_DAEMON_JSON, the file untouched, nothing installed;
 - `badkey` pins another key's fingerprint: E_APT_KEY, nothing installed.
 Then a rerun changes nothing on `good`, and a data-root move with a foreign container running is
-E_DOCKER_RESTART naming it.
+E_DOCKER_RESTART naming it. Reached as `nosudo` (no sudo), a host stops at validation with E_BECOME,
+named, and no Python traceback.
 """
 import datetime
 import functools
@@ -30,7 +33,8 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import BIN, ROOT, TESTS, Result, docker, host_requirements
+from conftest import BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, host_requirements
+from ssh_hosts import SSHHosts
 
 VERSION = "1.18.2-1"  # the stand-in toolkit's, as the role's default pins it
 TOOLKIT = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
@@ -138,21 +142,23 @@ def apt_repo(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def bare_hosts(docker_host):
-    """Three bare test hosts (the test-host image: python3, python3-venv; no Docker), started the way the
-    spike found a Docker daemon can run inside one. Yields {name: container}."""
+def bare_hosts(docker_host, tmp_path_factory):
+    """Three bare test hosts (the test-host image: python3, python3-venv, sshd, sudo; no Docker), started
+    the way the spike found a Docker daemon can run inside one, each with its sshd. Yields the SSHHosts
+    (`.names`: {short name: container})."""
     image = os.environ.get("GPUSERVE_TESTHOST_IMAGE") or run(
         [os.path.join(TESTS, "testbed", "images.sh")], env=dict(os.environ, DOCKER_HOST=docker_host)).stdout.strip()
     tag = "gpuserve-test-host-%d" % os.getpid()
     names = {n: "%s-%s" % (tag, n) for n in ("good", "badjson", "badkey")}
-    try:
-        for short, name in names.items():
-            docker(docker_host, "run", "-d", "--init", "--name", name, "--network", "host", "--cap-add", "ALL",
-                   "--cap-drop", "SYS_RESOURCE", "--security-opt", "seccomp=unconfined",
-                   "--security-opt", "apparmor=unconfined", "-v", "%s:/var/lib/docker" % name,
-                   "-v", "%s:/opt/gpuserve-tests:ro" % TESTS,
-                   "-e", "NVML_REPLAY_SCENARIO=/opt/gpuserve-tests/nvml_scenarios/rtxpro6000x4-healthy.json",
-                   image, "sleep", "infinity")
+    run_args = ["--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--security-opt", "seccomp=unconfined",
+                "--security-opt", "apparmor=unconfined", "-v", "{name}:/var/lib/docker"]
+    # The NVML double's scenario where it looks when no variable names one (an SSH session does not
+    # inherit the container's environment): /etc/nvml-replay.json, with its `extends` resolved.
+    scenario = json.dumps(_double().load_scenario(os.path.join(SCENARIOS, "rtxpro6000x4-healthy.json")))
+    with SSHHosts(docker_host, tmp_path_factory.mktemp("ssh-hosts"), image, list(names.values()), run_args,
+                  volumes=["{name}"]) as hosts:
+        for name in names.values():
+            write_in(docker_host, name, "cat > /etc/nvml-replay.json", scenario)
         good, bad = names["good"], names["badjson"]
         docker(docker_host, "exec", good, "sh", "-c", CGROUPS_RW)
         write_in(docker_host, good, "dpkg-divert --quiet --local --rename --divert /etc/init.d/docker.distrib --add "
@@ -160,11 +166,8 @@ def bare_hosts(docker_host):
                  "chmod 755 /etc/init.d/docker", INIT_SCRIPT)
         write_in(docker_host, good, "cat > /etc/docker/daemon.json", json.dumps(FOREIGN_JSON))
         write_in(docker_host, bad, "mkdir -p /etc/docker && cat > /etc/docker/daemon.json", BROKEN_JSON)
-        yield names
-    finally:
-        for name in names.values():
-            docker(docker_host, "rm", "-f", "-v", name, check=False)
-            docker(docker_host, "volume", "rm", "-f", name, check=False)
+        hosts.short = names
+        yield hosts
 
 
 def sh(docker_host, host, command):
@@ -185,13 +188,12 @@ def host_state(docker_host, host):
 
 
 class HostFleet(object):
-    """The inventory and ansible-playbook runs for the bare hosts."""
+    """The inventory (the hosts over SSH) and ansible-playbook runs."""
 
-    def __init__(self, workdir, docker_host, names, mirror, fpr):
-        self.workdir, self.docker_host = workdir, docker_host
+    def __init__(self, workdir, docker_host, hosts, mirror, fpr, users=None):
+        """`users`: {container: the user to connect as} (default deploy, with become)."""
+        self.workdir, self.docker_host, self.hosts = workdir, docker_host, hosts
         common = dict(
-            ansible_connection="community.docker.docker", ansible_user="root",
-            ansible_python_interpreter="/usr/bin/python3", ansible_docker_extra_args="-H " + docker_host,
             host_apt_mirror=mirror, host_nvidia_key_fingerprint=fpr,
             host_venv_wheelhouse=os.path.join(ROOT, ".work", "wheelhouse"), host_venv_packages=host_requirements(),
             # llama.cpp on the CPU with burn-in weights; the replayed GPUs (NVML double) pass the preflight,
@@ -203,14 +205,18 @@ class HostFleet(object):
             preflight_min_free_mib=1000, preflight_disk_checkpoint_gib=1, preflight_disk_image_gib=1,
             preflight_disk_kernels_gib=1, service_ulimits=[], autotune_llamacpp=False,
             image_debian_cache=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(workdir / "images")))
-        hosts = dict((name, dict(common)) for name in names.values())
-        hosts[names["badkey"]]["host_nvidia_key_fingerprint"] = OTHER_FPR
-        (workdir / "hosts.yml").write_text(yaml.safe_dump({"llm_hosts": {"hosts": hosts}}))
+        users = users or dict((name, "deploy") for name in hosts.names)
+        inventory = {}
+        for name, user in users.items():
+            inventory[name] = dict(common, **hosts.inventory_vars(name, user=user))
+        if hosts.short["badkey"] in inventory:
+            inventory[hosts.short["badkey"]]["host_nvidia_key_fingerprint"] = OTHER_FPR
+        (workdir / "hosts.yml").write_text(yaml.safe_dump({"llm_hosts": {"hosts": inventory}}))
 
     def run(self, *args):
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                    ANSIBLE_FORCE_COLOR="0", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-                   DOCKER_HOST=self.docker_host)
+                   DOCKER_HOST=self.docker_host, **self.hosts.env())
         env.pop("NVML_REPLAY_SCENARIO", None)
         argv = [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, "site.yml"), "-i",
                 str(self.workdir / "hosts.yml")] + list(args)
@@ -226,18 +232,34 @@ def ask(url, body=None):
         return json.loads(r.read())
 
 
+def test_a_user_without_sudo_stops_with_e_become_naming_the_host(bare_hosts, docker_host, tmp_path):
+    """`nosudo` connects (its key is authorized) but cannot become root: E_BECOME for the host, what
+    needs root and how to fix it, no Python traceback; nothing on the host changes."""
+    host = bare_hosts.short["badkey"]
+    fleet = HostFleet(tmp_path, docker_host, bare_hosts, "http://127.0.0.1:9", OTHER_FPR, users={host: "nosudo"})
+    before = host_state(docker_host, host)
+    got = fleet.run()
+    assert got.rc != 0, got
+    assert "Traceback" not in got.output, got
+    assert got.says("E_BECOME [error] %s" % host), got
+    assert got.says("nosudo cannot become root on %s" % host), got
+    assert got.says("passwordless sudo") and got.says("installing packages"), got
+    assert got.codes(host) == ["E_BECOME"], got
+    assert host_state(docker_host, host) == before
+
+
 @pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg signs the test's apt repository (tests/run.sh installs it)")
 def test_bare_hosts_check_then_live_then_rerun_then_a_refused_data_root_move(bare_hosts, apt_repo, docker_host, tmp_path):
     started = time.monotonic()
     mirror, fpr = apt_repo
-    good, badjson, badkey = bare_hosts["good"], bare_hosts["badjson"], bare_hosts["badkey"]
+    good, badjson, badkey = bare_hosts.short["good"], bare_hosts.short["badjson"], bare_hosts.short["badkey"]
     fleet = HostFleet(tmp_path, docker_host, bare_hosts, mirror, fpr)
-    before = dict((h, host_state(docker_host, h)) for h in bare_hosts.values())
+    before = dict((h, host_state(docker_host, h)) for h in bare_hosts.names)
 
     # --check on the bare hosts: every package, file, start and reload listed; nothing changes.
     check = fleet.run("--check", "--diff")
     assert check.rc != 0, check
-    assert dict((h, host_state(docker_host, h)) for h in bare_hosts.values()) == before, check
+    assert dict((h, host_state(docker_host, h)) for h in bare_hosts.names) == before, check
     for line in ["install docker.io", "install nvidia-container-toolkit %s" % VERSION, "install runc",
                  "install nvidia-container-toolkit-base %s" % VERSION, "install rsync",
                  "would start the Docker daemon once docker.io is installed", '"live-restore": true',
@@ -273,6 +295,8 @@ def test_bare_hosts_check_then_live_then_rerun_then_a_refused_data_root_move(bar
     reply = ask("http://127.0.0.1:%d/v1/chat/completions" % PORT,
                 {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
     assert reply["choices"][0]["message"]["content"]
+    # The connecting user (not root) is in the docker group: group.yml read it without become.
+    assert "deploy" in sh(docker_host, good, "getent group docker").stdout.strip().split(":")[-1].split(","), first
     first_s = time.monotonic() - started - check_s
 
     # A rerun changes nothing on the host it brought up.

@@ -130,6 +130,9 @@ def test_unknown_llm_variable_is_a_warning():
         ("W_UNKNOWN_SETTING", "llm_paralel", "warning")]
     assert check(preflight_min_free_mb=1000)[0]["subject"] == "preflight_min_free_mb"  # every role's knobs
     assert check(service_profile="x", llm_settings={}) == []  # the roles' own derived names are not settings
+    # roles/llm/tasks/become.yml's probe and its facts, registered before a later play validates again
+    assert check(llm_become_probe={"rc": 0, "stdout": "0"}, llm_become_ok=True, llm_become_error="x",
+                 llm_become_findings=[]) == []
 
 
 def test_secret_values_are_never_shown():
