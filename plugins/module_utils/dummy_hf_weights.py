@@ -24,6 +24,23 @@ table: logit[next] = B[current, next] + baseline[next].
 * the MTP layer (eh_proj passes the next token's embedding through; its block is zero too)
   predicts with the same table, so every unconstrained draft is accepted.
 
+`mtp_agreement` below 1 (issue 27 item 4: drafting between the random weights' 0 % and this 100 %)
+changes two things, and 1 leaves the bytes as they were:
+
+* past the stop token (only `ignore_eos` gets there, as bench does) the reply runs around a cycle
+  of ordinary tokens (printable, none that JSON or the tool-call tags rank: a seeded order) instead
+  of repeating '"', so what a fixed-length reply generates past the stop has the agreement too. A
+  grammar that forces a string onto a cycle token and then lets it run would follow the cycle: use
+  these folders to measure drafting, the default ones for verify;
+* for a chosen set of tokens eh_proj sends the next token's code to another token's place, whose
+  row of the table ranks another next token first: after such a token the draft is wrong. vLLM
+  0.26.0 gives the MTP layer its model's lm_head and embedding (its own shared_head.head is
+  written, and replaced at load), so the disagreement lives in eh_proj. The set is the tokens the
+  greedy reply visits, taken in a seeded order, as many as bring the acceptance of one-token
+  drafting over a `mtp_reply_tokens`-token reply (simulated as vLLM drafts: after each step, from
+  the newest token) nearest to the fraction asked; of the other tokens a seeded share of
+  1 - agreement.
+
 Routing is degenerate (a zero router ties every expert) and the kernels multiply zeros: use it to
 prove serving, grammars and drafting, never to measure speed (that is `--load-format dummy`).
 Zero regions are left as holes in a sparse file: the 2-layer file is 14.9 GB long, 26 MB on disk.
@@ -65,8 +82,9 @@ def token_id(ids, text):
     return ids[text] if text in ids else ids[dummy_gguf.to_piece(text)]
 
 
-def bigram(config, seed=0):
-    """B[current, next] + baseline[next] over the tokenizer's ids."""
+def bigram(config, seed=0, tail=None):
+    """B[current, next] + baseline[next] over the tokenizer's ids; with `tail` (token ids) the stop token
+    <|user|> leads into them and they run in a cycle."""
     import numpy as np
 
     ids, n = vocabulary(config)
@@ -92,7 +110,92 @@ def bigram(config, seed=0):
     # and after the call the reply stops.
     table[ids["<arg_value>"], ids["</arg_value>"]] = CHAIN
     table[ids["</tool_call>"], ids["<|user|>"]] = CHAIN
+    if tail:
+        cycle = [ids["<|user|>"]] + list(tail) + [tail[0]]
+        for a, b in zip(cycle, cycle[1:]):
+            table[a, b] = CHAIN
     return table
+
+
+def tail_tokens(config, seed=0):
+    """The cycle past the stop token: printable tokens without a level (no JSON punctuation, digit,
+    whitespace, '<' or '>' that could spell a tag, none of the reply's), in a seeded order."""
+    import numpy as np
+
+    ids, _n = vocabulary(config)
+    specials = set(dummy_hf.GLM_SPECIAL)
+    banned = set(token_id(ids, t) for t in list(BASELINE) + ["[", "<", ">", "\\"] + [str(d) for d in range(10)])
+    banned.update(token_id(ids, t) for t in REPLY)
+    lead = tuple(dummy_gguf.to_piece(c) for c in WHITESPACE)
+    printable = set(dummy_gguf.to_piece(chr(c)) for c in range(33, 127))
+    pool = sorted(i for t, i in ids.items() if t not in specials and i not in banned and not t.startswith(lead)
+                  and all(c in printable for c in t))
+    order = np.random.default_rng([seed, 27, 4]).permutation(len(pool))
+    return [pool[i] for i in order]
+
+
+def drafting(step, draft, start, reply_tokens, k=1):
+    """(accepted, drafted, tokens) of greedy speculative decoding as vLLM does it with an MTP drafter:
+    the first token comes from the prompt (no draft), then each step drafts k tokens from the newest
+    one (`draft(current)`, each draft from the one before), keeps the drafts up to the first that
+    `step` (the model's greedy next token) disagrees with, and adds the model's own next token."""
+    tokens = [step(start)]
+    accepted = drafted = 0
+    while len(tokens) < reply_tokens:
+        current, drafts = tokens[-1], []
+        for _k in range(k):
+            drafts.append(draft(drafts[-1] if drafts else current))
+        drafted += k
+        for d in drafts:
+            right = step(current)
+            tokens.append(right)
+            if d != right:
+                break
+            accepted += 1
+            current = right
+        else:
+            tokens.append(step(current))
+    return accepted, drafted, tokens[:reply_tokens]
+
+
+def mtp_plan(config, seed=0, agreement=1.0, reply_tokens=256):
+    """{"tail": cycle ids, "redirect": {token: token whose row eh_proj reads instead}} for an MTP layer
+    that agrees with its model on about `agreement` of one-token drafts over a greedy reply of
+    `reply_tokens` tokens after the generation prompt (thinking off); 1.0: no tail, no redirects."""
+    import numpy as np
+
+    if not 0.0 <= agreement <= 1.0:
+        raise ValueError("mtp_agreement is a fraction from 0 to 1, not %r" % agreement)
+    if agreement >= 1.0:
+        return {"tail": [], "redirect": {}}
+    ids, n = vocabulary(config)
+    tail = tail_tokens(config, seed)
+    table = bigram(config, seed, tail)
+    nxt = table.argmax(axis=1)
+    quote, other = token_id(ids, '"'), ids["<|assistant|>"]
+
+    def wrong(c):  # a token whose row ranks another next token first
+        return quote if nxt[quote] != nxt[c] else other
+
+    start = ids["</think>"]
+    visited = []
+    for t in drafting(lambda c: int(nxt[c]), lambda c: int(nxt[c]), start, reply_tokens)[2]:
+        if t not in visited:
+            visited.append(t)
+    rng = np.random.default_rng([seed, 27, 4, 1])
+    order = [visited[i] for i in rng.permutation(len(visited))]
+    best = None
+    for j in range(len(order) + 1):
+        off = set(order[:j])
+        pick = lambda c: int(nxt[wrong(c)]) if c in off else int(nxt[c])  # noqa: E731
+        accepted, drafted, _tokens = drafting(lambda c: int(nxt[c]), pick, start, reply_tokens)
+        gap = abs(accepted / float(drafted) - agreement)
+        if best is None or gap < best[0]:
+            best = (gap, j)
+    redirect = dict((c, wrong(c)) for c in order[:best[1]])
+    rest = rng.uniform(size=n)
+    redirect.update((c, wrong(c)) for c in range(n) if c not in visited and rest[c] >= agreement)
+    return {"tail": tail, "redirect": redirect}
 
 
 def _rms_scale(config):
@@ -126,7 +229,7 @@ class Tensor:
         return rounded.astype("<u2").tobytes()
 
 
-def tensors(config, seed=0):
+def tensors(config, seed=0, mtp_agreement=1.0, mtp_reply_tokens=256):
     """{HF name: Tensor} of a Glm4MoeForCausalLM checkpoint with its MTP layer, as designed above."""
     import numpy as np
 
@@ -138,7 +241,8 @@ def tensors(config, seed=0):
     one_hot = np.eye(n, d, dtype=np.float32)
     # Head rows of the ids the tokenizer has (the others stay zero: logit 0, below every real token).
     head = np.zeros((n, d), np.float32)
-    head[:, :n] = bigram(config, seed).T / s
+    plan = mtp_plan(config, seed, mtp_agreement, mtp_reply_tokens)
+    head[:, :n] = bigram(config, seed, plan["tail"]).T / s
     heads, kv, hd = config["num_attention_heads"], config["num_key_value_heads"], config.get("head_dim") or 128
     experts, mi = config["n_routed_experts"], config["moe_intermediate_size"]
     shared = mi * int(config.get("n_shared_experts") or 0)
@@ -180,6 +284,9 @@ def tensors(config, seed=0):
         out.update(layer(i, True))
         pass_through = np.zeros((n, 2 * d), np.float32)
         pass_through[np.arange(n), np.arange(n)] = 1.0 / s  # enorm's output back to a one-hot
+        for token, instead in plan["redirect"].items():  # ... at another token's place
+            pass_through[token, token] = 0.0
+            pass_through[instead, token] = 1.0 / s
         out.update({p + "enorm.weight": Tensor([d], rows=np.ones(d)), p + "hnorm.weight": Tensor([d], rows=np.ones(d)),
                     p + "eh_proj.weight": Tensor([d, 2 * d], rows=pass_through),
                     p + "embed_tokens.weight": Tensor([vocab_size, d], rows=one_hot),
@@ -188,10 +295,13 @@ def tensors(config, seed=0):
     return out
 
 
-def write(path, config, seed=0):
+def write(path, config, seed=0, mtp_agreement=1.0, mtp_reply_tokens=256):
     """model.safetensors at `path`, zero regions as holes. Returns the header (names, shapes, offsets)."""
-    items = sorted(tensors(config, seed).items())
-    header, offset = {"__metadata__": {"format": "pt", "gpuserve": "burn-in, hand-set weights (seed %d)" % seed}}, 0
+    items = sorted(tensors(config, seed, mtp_agreement, mtp_reply_tokens).items())
+    what = "burn-in, hand-set weights (seed %d)" % seed
+    if mtp_agreement < 1.0:
+        what += ", MTP agreement %g over %d-token replies" % (mtp_agreement, mtp_reply_tokens)
+    header, offset = {"__metadata__": {"format": "pt", "gpuserve": what}}, 0
     for name, t in items:
         header[name] = {"dtype": t.dtype, "shape": t.shape, "data_offsets": [offset, offset + t.nbytes]}
         offset += t.nbytes
@@ -240,4 +350,25 @@ def greedy(path, config):
             allowed = list(allowed)
             return allowed[int(np.argmax(logits[allowed]))]
         return int(np.argmax(logits))
+    return pick
+
+
+def drafter(path, config):
+    """draft(current): the token the written MTP layer drafts after `current`, from the file's own bytes
+    as vLLM 0.26.0 runs it: the model's embedding and lm_head (shared with the MTP layer), the layer's
+    enorm, eh_proj (the hidden-state half reads zero weights) and shared_head's norm (its block adds 0)."""
+    import numpy as np
+
+    layer = "model.layers.%d." % config["num_hidden_layers"]
+    embed, head = read(path, "model.embed_tokens.weight"), read(path, "lm_head.weight")
+    enorm, eh = read(path, layer + "enorm.weight"), read(path, layer + "eh_proj.weight")
+    norm = read(path, layer + "shared_head.norm.weight")
+    eps, d = config.get("rms_norm_eps", 1e-5), config["hidden_size"]
+
+    def rms(x, weight):
+        return x / np.sqrt((x * x).mean() + eps) * weight
+
+    def pick(current):
+        x = eh[:, :d] @ rms(embed[current], enorm)
+        return int(np.argmax(head @ rms(x, norm)))
     return pick

@@ -154,3 +154,55 @@ def test_the_mtp_layer_predicts_what_the_model_says_next(written):
 def test_a_stream_too_narrow_for_the_code_is_refused():
     with pytest.raises(ValueError, match="hidden_size"):
         w.tensors(h.model_config("glm4_moe", 2, dict(NARROW, hidden_size=512)))
+
+
+@pytest.fixture(scope="module")
+def agreeing(tmp_path_factory):
+    """The same narrow checkpoint written with MTP agreements below 1 (issue 27 item 4)."""
+    config = h.model_config("glm4_moe", 2, NARROW)
+    out = {}
+    for agreement in (0.5, 0.7, 0.9):
+        path = str(tmp_path_factory.mktemp("glm") / "model.safetensors")
+        w.write(path, config, seed=0, mtp_agreement=agreement)
+        out[agreement] = (path, w.greedy(path, config), w.drafter(path, config))
+    return config, out
+
+
+@pytest.mark.parametrize("agreement", [0.5, 0.7, 0.9])
+def test_the_mtp_layer_agrees_with_its_model_on_the_fraction_asked(agreeing, agreement):
+    """From the written bytes, as vLLM runs them (the MTP layer with its model's lm_head): one-token drafting
+    over a 256-token reply (bench's length, end of stream ignored) is accepted on the fraction asked, within
+    2 points, and 4 at other lengths; along the greedy reply the draft is right after about that share of
+    tokens; past the stop token the reply runs through over a hundred distinct tokens, not one repeated."""
+    config, written = agreeing
+    _path, step, draft = written[agreement]
+    think_end = h.special_tokens(config)["</think>"]
+    accepted, drafted, tokens = w.drafting(step, draft, think_end, 256)
+    assert abs(accepted / float(drafted) - agreement) <= 0.02
+    for length in (128, 400):
+        accepted, drafted, _tokens = w.drafting(step, draft, think_end, length)
+        assert abs(accepted / float(drafted) - agreement) <= 0.04
+    right = sum(draft(t) == step(t) for t in tokens) / float(len(tokens))
+    assert abs(right - agreement) <= 0.05
+    stop = h.special_tokens(config)["<|user|>"]
+    assert tokens[len(g.REPLY)] == stop and len(set(tokens[len(g.REPLY) + 1:])) > 100
+    # The reply itself is the designed one.
+    tok = Tokenizer.from_str(json.dumps(h.tokenizer_json(config)))
+    assert tok.decode(tokens[:len(g.REPLY)]) == "".join(g.REPLY)
+    # Chained drafts (k = 3, vLLM reusing the one MTP layer) are accepted less often, per drafted token.
+    accepted3, drafted3, _tokens = w.drafting(step, draft, think_end, 256, k=3)
+    assert accepted3 / float(drafted3) < agreement
+
+
+def test_agreement_one_writes_the_same_bytes_and_every_draft_agrees(written, tmp_path):
+    path, config, _h, step = written
+    again = str(tmp_path / "a.safetensors")
+    w.write(again, config, seed=0, mtp_agreement=1.0)
+    assert g.digest(again) == g.digest(path)
+    draft = w.drafter(path, config)
+    _ids, n = w.vocabulary(config)
+    assert all(draft(t) == step(t) for t in range(n))
+    accepted, drafted, tokens = w.drafting(step, draft, h.special_tokens(config)["</think>"], 256)
+    assert accepted == drafted and set(tokens[len(g.REPLY) + 1:]) == {w.token_id(w.vocabulary(config)[0], '"')}
+    with pytest.raises(ValueError, match="fraction"):
+        w.mtp_plan(config, 0, 1.5)
