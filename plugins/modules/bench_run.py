@@ -109,6 +109,29 @@ options:
     description: Where to write the step being measured (read by M(gpuserve.llm.job_progress)); empty for none.
     type: path
     default: ""
+  gpus:
+    description: The GPUs the first endpoint's engine runs on (NVML indices), for the memory-bandwidth bound; empty
+      for a CPU engine (no bound then).
+    type: list
+    elements: int
+    default: []
+  split:
+    description: How the engine spreads the model over O(gpus) - C(tensor) (tensor parallel, the bandwidths add) or
+      C(layer) (llama.cpp's layer split, the slowest GPU's counts).
+    type: str
+    choices: [tensor, layer]
+    default: tensor
+  model_args:
+    description: The first endpoint's engine container's arguments (docker inspect's Args); the model they name
+      under O(model_mounts) gives the bytes a token reads.
+    type: list
+    elements: str
+    default: []
+  model_mounts:
+    description: That container's mounts as docker inspect gives them (Source and Destination of each).
+    type: list
+    elements: dict
+    default: []
 """
 
 EXAMPLES = r"""
@@ -132,6 +155,12 @@ client:
   description: The machine the client ran on - CPU model and count.
   returned: always
   type: dict
+bound:
+  description: One request's memory-bandwidth bound for the first endpoint (C(tok_s), C(gb_s), C(bytes) a token
+    reads, its C(parts), and how each was read), or C(unknown) with the reason. That endpoint's decode rows hold
+    C(pct_of_bound), their median per-request tok/s as a percentage of it.
+  returned: always
+  type: dict
 """
 
 import json
@@ -140,7 +169,7 @@ import platform
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuserve.llm.plugins.module_utils import bench
+from ansible_collections.gpuserve.llm.plugins.module_utils import bench, bound
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
 from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError
 from ansible_collections.gpuserve.llm.plugins.module_utils.progress import StepFile
@@ -155,6 +184,33 @@ def cpu_model():
     except (IOError, OSError):
         pass
     return platform.processor() or "unknown"
+
+
+def decode_bound(p):
+    """The first endpoint's one-request bound; where a part is not known, {unknown: why} and what is."""
+    out, why = {}, []
+    try:
+        model = bound.model_bytes(bound.served_model_path(p["model_args"], p["model_mounts"]))
+        out.update(bytes=model["bytes"], parts=model["parts"], model=model["how"])
+    except bound.Unknown as e:
+        model = None
+        why.append(str(e))
+    try:
+        try:
+            import pynvml
+        except ImportError:
+            pynvml = None
+            if p["gpus"]:
+                raise bound.Unknown("nvidia-ml-py is not installed in the host's virtualenv")
+        bandwidth = bound.nvml_bandwidth(pynvml, p["gpus"], p["split"])
+        out.update(gb_s=bandwidth["gb_s"], bandwidth=bandwidth["how"])
+    except bound.Unknown as e:
+        bandwidth = None
+        why.append(str(e))
+    if why:
+        out["unknown"] = "; ".join(why)
+        return out
+    return bound.decode_bound(bandwidth, model)
 
 
 def progress_steps(p):
@@ -184,6 +240,10 @@ def main():
             warmup=dict(type="bool", default=True),
             timeout=dict(type="int", default=1800),
             progress_file=dict(type="path", default=""),
+            gpus=dict(type="list", elements="int", default=[]),
+            split=dict(type="str", choices=["tensor", "layer"], default="tensor"),
+            model_args=dict(type="list", elements="str", default=[]),
+            model_mounts=dict(type="list", elements="dict", default=[]),
         ),
         supports_check_mode=False,
     )
@@ -211,7 +271,10 @@ def main():
             fail(module, "E_BENCH", ep["url"], message)
         results.update(name=ep["name"], url=ep["url"], models=models, seconds=round(time.time() - start, 1))
         out.append(results)
-    module.exit_json(changed=False, endpoints=out,
+    limit = decode_bound(p)
+    for row in out[0]["decode"]:
+        row["pct_of_bound"] = bound.percent(row.get("per_request_tok_s"), limit.get("tok_s"))
+    module.exit_json(changed=False, endpoints=out, bound=limit,
                      client={"cpu_model": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version()})
 
 

@@ -37,7 +37,7 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
-from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_hf, dummy_hf_weights, engines  # noqa: E402
+from ansible_collections.gpuserve.llm.plugins.module_utils import bound, dummy_hf, dummy_hf_weights, engines  # noqa: E402
 
 OUT, MODE = sys.argv[1], sys.argv[2]
 SITE = sys.argv[3] if len(sys.argv) > 3 and MODE != "report" else "/root/vllm/site"
@@ -98,33 +98,6 @@ def make_designed_folder():
     log("model.safetensors written in %.1f s: %.1f GB long, %.1f MB on disk" % (
         time.time() - t, st.st_size / 1e9, st.st_blocks * 512 / 1e6))
     return config, {"seconds": round(time.time() - t, 1), "bytes": st.st_size, "on_disk": st.st_blocks * 512}
-
-
-def active_bytes_per_token(c):
-    """Bytes of weights one decoded token reads: attention, the dense MLPs, the shared expert and the top-k
-    routed experts of every layer, the router, and the output head (FP8 linear layers 1 byte a weight, the
-    rest bf16). The embedding row and norms are negligible. The MTP layer is not counted (a drafted step
-    reads it on top)."""
-    h, heads, kv, hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c.get("head_dim") or 128
-    fp8 = 1 if c.get("quantization_config") else 2
-    attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h
-    dense = 3 * h * c["intermediate_size"]
-    expert = 3 * h * c["moe_intermediate_size"]
-    k_dense = c.get("first_k_dense_replace", 1)
-    per_moe = expert * (c["num_experts_per_tok"] + c.get("n_shared_experts", 1))
-    linear = c["num_hidden_layers"] * attn + k_dense * dense + (c["num_hidden_layers"] - k_dense) * per_moe
-    router = (c["num_hidden_layers"] - k_dense) * h * c["n_routed_experts"] * 2
-    head = h * c["vocab_size"] * 2
-    # Dense MLPs stay bf16 in the burn-in FP8 folder (dummy_hf: modules_to_not_convert).
-    dense_bf16 = k_dense * dense * (2 - fp8)
-    return {"bytes": int(linear * fp8 + dense_bf16 + router + head),
-            "parts": {"attention": num(c["num_hidden_layers"] * attn * fp8), "dense_mlp": num(k_dense * dense * 2),
-                      "experts": num((c["num_hidden_layers"] - k_dense) * per_moe * fp8), "router": num(router),
-                      "lm_head": num(head)}}
-
-
-def num(v):
-    return int(v)
 
 
 def copy_bandwidth():
@@ -366,7 +339,7 @@ def run(mode):
     name = mode + ("-drop-" + "-".join(f.lstrip("-") for f in DROP) if DROP else "")
     out = {"mode": mode, "name": name, "layers": config["num_hidden_layers"], "dropped": DROP,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "active": active_bytes_per_token(config), "written": written}
+           "active": bound.config_bytes(config), "written": written}
     import vllm
     out["vllm"] = vllm.__version__
     if mode == "defaults":

@@ -107,8 +107,8 @@ def report(paths):
     lines += ["", "| arm | streams | requests | first | median | p90 | highest |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         for p in r.get("first_minute") or []:
-            lines.append("| %s | %d | %d | %s | %s | %s | %s |" % (r["arm"], p["streams"], p["requests"], p["first_ms"],
-                                                                  p["median_ms"], p["p90_ms"], p["max_ms"]))
+            cells = (r["arm"], p["streams"], p["requests"], p["first_ms"], p["median_ms"], p["p90_ms"], p["max_ms"])
+            lines.append("| %s | %d | %d | %s | %s | %s | %s |" % cells)
     return "\n".join(lines) + "\n"
 
 

@@ -257,6 +257,10 @@ def test_no_secret_is_written_anywhere_in_a_whole_life_of_the_service(fleet, hub
         assert live.rc == 0 and live.says("acme/tiny-chat-GGUF is now LIVE! on port 18142"), live
         assert run("verify", "playbooks/verify.yml", *vault).rc == 0, runs["verify"]
         assert run("bench", "playbooks/bench.yml", *vault).rc == 0, runs["bench"]
+        assert runs["bench"].says("bandwidth bound: not known (the engine runs on the CPU, llm_gpus is empty"), runs["bench"]
+        bench_md = open(os.path.join(str(fleet.dir), "reports", "s1", "bench.md")).read()
+        assert "| Requests | Kind | Aggregate tok/s | Per request tok/s | % of bound |" in bench_md
+        assert "A token reads " in bench_md and " MB of weights (GGUF: " in bench_md, bench_md
         wrong = run("wrong key", "playbooks/verify.yml", "-e", "llm_api_key=" + wrong_key)
         assert wrong.rc != 0 and wrong.says("E_ENDPOINT"), wrong
         broken = run("failing engine", "site.yml", "-e", "llm_image=" + broken_image(docker_host), *vault)

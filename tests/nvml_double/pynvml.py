@@ -21,6 +21,8 @@ SCENARIO_ENV = "NVML_REPLAY_SCENARIO"
 SCENARIO_DEFAULT = "/etc/nvml-replay.json"
 
 NVML_SUCCESS = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
 NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_DRIVER_NOT_LOADED = 9
@@ -227,6 +229,14 @@ def nvmlDeviceGetPciInfo(handle):
 
 def nvmlDeviceGetMemoryInfo(handle):
     return _Struct(**_value(handle, "memory"))
+
+
+def nvmlDeviceGetMemoryBusWidth(handle):
+    return _value(handle, "memory_bus_width_bits")
+
+
+def nvmlDeviceGetMaxClockInfo(handle, clock_type):
+    return _value(handle, {NVML_CLOCK_MEM: "max_memory_clock_mhz"}.get(clock_type, "max_sm_clock_mhz"))
 
 
 def nvmlDeviceGetCudaComputeCapability(handle):
