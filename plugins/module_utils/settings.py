@@ -205,6 +205,23 @@ VALIDATION_FACTS = ("llm_validation", "llm_settings", "llm_settings_display",
                     "llm_become_probe", "llm_become_ok", "llm_become_error", "llm_become_findings")
 
 
+def task_facts(tasks):
+    """The names a role's tasks set on a host (register, set_fact): a later play's validation in the same
+    run sees them among the host's variables, and they are not settings."""
+    names = set()
+    for task in tasks if isinstance(tasks, list) else []:
+        if not isinstance(task, dict):
+            continue
+        if isinstance(task.get("register"), str):
+            names.add(task["register"])
+        for key in ("ansible.builtin.set_fact", "set_fact"):
+            if isinstance(task.get(key), dict):
+                names.update(k for k in task[key] if k != "cacheable")
+        for key in ("block", "rescue", "always"):
+            names.update(task_facts(task.get(key)))
+    return names
+
+
 def load_specs(collection):
     """The Specs of the collection's roles (read once per process: the action runs for every host)."""
     import yaml  # the controller's PyYAML (ansible-core's dependency)
@@ -223,6 +240,9 @@ def load_specs(collection):
                         # The llm role owns the llm_ settings; another role's note of one adds nothing.
                         if name not in options or role == "llm":
                             options[name] = dict(option, role=role)
+        for tasks_file in glob.glob(os.path.join(role_dir, "tasks", "*.yml")):
+            with open(tasks_file) as f:
+                internal.update(task_facts(yaml.safe_load(f)))
         vars_file = os.path.join(role_dir, "vars", "main.yml")
         if os.path.exists(vars_file):
             with open(vars_file) as f:

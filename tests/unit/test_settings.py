@@ -235,3 +235,12 @@ def test_every_role_default_is_a_documented_setting():
         with open(path) as f:
             names = set(yaml.safe_load(f) or {})
         assert names - set(OPTIONS) == set(), path
+
+
+def test_what_the_roles_register_and_set_is_not_a_setting():
+    """A run that brings a host up and then benches it validates again in the same process: the facts the
+    earlier plays set (bench_job, weights_model, service_warmed ...) are the roles' own, not typos."""
+    later = dict(DEFAULTS, bench_job={"ansible_job_id": "1"}, bench_dummy=True, weights_model={"dummy": True},
+                 service_warmed={"line": "warm-up in 1 s"}, bench_typo=3)
+    findings = validate(later, OPTIONS, SPECS.internal)[0]
+    assert [f["subject"] for f in findings if f["code"] == "W_UNKNOWN_SETTING"] == ["bench_typo"], findings
