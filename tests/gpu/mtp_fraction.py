@@ -5,7 +5,7 @@ one-token drafts (`mtp_agreement`), served with the recipe's rendered vLLM comma
 bench_recipe_vs_defaults.py serves it) with llm_drafter mtp or off, and measured with bench's decode rows:
 
     python3 tests/gpu/mtp_fraction.py OUT ARMS [SITE]   # ARMS: comma-separated DRAFTER:AGREEMENT[:K], in order
-    python3 tests/gpu/mtp_fraction.py OUT report A.json ...   # OUT/report.md from results files (no GPU)
+    python3 tests/gpu/mtp_fraction.py OUT report A.json ...   # OUT/report.md from results-*.json files (no GPU)
 
     off:0.7      llm_drafter off (the MTP layer is not loaded: the agreement only shapes the reply's tokens)
     mtp:0.5      llm_drafter mtp, num_speculative_tokens as the template renders it (1)
@@ -148,48 +148,74 @@ def save(results):
 
 
 def report(paths):
-    arms = []
+    """One row per MTP arm and concurrency, beside the no-MTP arm of the same results file (the same machine),
+    else the fastest no-MTP arm given at that concurrency (marked *). ms a step: 1000 / (per-request tok/s / tokens a step),
+    tokens a step = 1 + vLLM's accepted drafts per step (k = 1: 1 + acceptance)."""
+    runs = []
     for p in paths:
         with open(p) as f:
-            arms += [a for a in json.load(f)["arms"] if not a.get("failed")]
-    off = [a for a in arms if a["drafter"] == "off"]
-    base = dict((r["requests"], r) for r in off[0]["decode"]) if off else {}
+            data = json.load(f)
+        runs.append((os.path.basename(os.path.dirname(os.path.abspath(p))) or p,
+                     [a for a in data["arms"] if not a.get("failed")], data.get("vllm", "0.26.0")))
+    arms = [a for _run, found, _v in runs for a in found]
+    offs = [dict((r["requests"], r) for r in a["decode"]) for a in arms if a["drafter"] == "off"]
+    reply = arms[0]["reply_tokens"]
+    repeats = arms[0]["decode"][0]["repeats"] if arms[0].get("decode") else "-"
     lines = ["# Where MTP pays: the recipe with and without MTP at chosen draft agreements", "",
              "vLLM %s on one H200 · the burn-in folder (GLM-4.5-Air's shapes cut to 2 layers + the MTP layer, bf16) "
              "with `dummy_hf_weights`' hand-set weights, the MTP layer agreeing with its model on the fraction "
-             "asked (`mtp_agreement`) · `tests/gpu/mtp_fraction.py`." % arms[0].get("vllm", "0.26.0"), "",
+             "asked (`mtp_agreement`) · `tests/gpu/mtp_fraction.py`." % runs[0][2].replace(".dist", ""), "",
              "bench's prose decode rows, %s-token replies (end of stream ignored), greedy; a warm-up pass at each "
-             "row's shape, then %s timed passes: the median aggregate tok/s, (lowest-highest) beside. Acceptance: "
-             "vLLM's own (accepted / drafted tokens over the row's passes, median), and what the written weights give "
-             "drafting on the CPU (`dummy_hf_weights.drafting`)." % (
-                 arms[0]["reply_tokens"], arms[0]["decode"][0]["repeats"] if arms[0].get("decode") else "-"),
-             ""]
-    for a in arms:
-        lines.append("- **%s** (%s): healthy in %s s%s" % (
-            a["arm"], a["date"], a["healthy_after_s"],
-            "; left out: " + ", ".join(a["skipped"]) if a.get("skipped") else ""))
-    lines += ["", "| agreement | k | requests | MTP tok/s | without MTP tok/s | ratio | acceptance (vLLM) | "
-              "acceptance (simulated) | MTP per request | without, per request |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "row's shape, then %s timed passes: medians, (lowest-highest) beside. Acceptance: vLLM's own (accepted / "
+             "drafted tokens over the row's passes) and what the written weights give drafting on the CPU "
+             "(`dummy_hf_weights.drafting`)." % (reply, repeats), ""]
+    for run, found, _v in runs:
+        for a in found:
+            lines.append("- %s **%s** (%s): healthy in %s s%s" % (
+                run, a["arm"], a["date"], a["healthy_after_s"],
+                "; left out: " + ", ".join(a["skipped"]) if a.get("skipped") else ""))
 
     def cell(row, key):
-        v = row.get(key)
-        span = (row.get("range") or {}).get(key)
+        v = row.get(key) if row else None
+        span = (row.get("range") or {}).get(key) if row else None
         if v is None:
             return "-"
         return "{:,}".format(v) + (" (%s-%s)" % ("{:,}".format(span[0]), "{:,}".format(span[1]))
                                    if span and span[0] != span[1] else "")
-    for a in sorted([a for a in arms if a["drafter"] == "mtp"],
-                    key=lambda a: (a.get("num_speculative_tokens") or 1, a["mtp_agreement"])):
+
+    def pooled(n):
+        rows = [o[n] for o in offs if n in o]
+        if not rows:
+            return None
+        return dict(max(rows, key=lambda r: r["aggregate_tok_s"]), star=True)
+
+    lines += ["", "| agreement | k | run | requests | MTP tok/s | without MTP tok/s | ratio | per request: MTP / "
+              "without | ratio | ms a step: MTP / without | acceptance vLLM / simulated |",
+              "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    order = sorted(((a.get("num_speculative_tokens") or 1, a["mtp_agreement"], run, a) for run, found, _v in runs
+                    for a in found if a["drafter"] == "mtp"), key=lambda t: t[:3])
+    for k, agreement, run, a in order:
+        own = [dict((r["requests"], r) for r in b["decode"]) for b in dict(
+            (x[0], x[1]) for x in runs)[run] if b["drafter"] == "off"]
         for row in a.get("decode") or []:
-            b = base.get(row["requests"])
-            ratio = "%.2f" % (row["aggregate_tok_s"] / b["aggregate_tok_s"]) if b and b.get("aggregate_tok_s") else "-"
-            lines.append("| %g | %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
-                a["mtp_agreement"], a.get("num_speculative_tokens"), row["requests"], cell(row, "aggregate_tok_s"),
-                cell(b, "aggregate_tok_s") if b else "-", ratio, row["engine"].get("draft_acceptance", "-"),
-                a.get("simulated_acceptance", "-"), cell(row, "per_request_tok_s"),
-                cell(b, "per_request_tok_s") if b else "-"))
+            n = row["requests"]
+            b = own[0].get(n) if own else pooled(n)
+            star = "*" if b and b.get("star") else ""
+            acc = row["engine"].get("draft_acceptance")
+            mtp_step = 1000.0 * (1 + (acc or 0) * k) / row["per_request_tok_s"] if row.get("per_request_tok_s") else None
+            off_step = 1000.0 / b["per_request_tok_s"] if b and b.get("per_request_tok_s") else None
+            lines.append("| %g | %d | %s | %d | %s | %s%s | %s | %s / %s%s | %s | %s / %s | %s / %s |" % (
+                agreement, k, run, n, cell(row, "aggregate_tok_s"), cell(b, "aggregate_tok_s"), star,
+                "%.2f" % (row["aggregate_tok_s"] / b["aggregate_tok_s"]) if b else "-",
+                fmt1(row.get("per_request_tok_s")), fmt1(b.get("per_request_tok_s") if b else None), star,
+                "%.2f" % (row["per_request_tok_s"] / b["per_request_tok_s"]) if b and b.get("per_request_tok_s")
+                and row.get("per_request_tok_s") else "-",
+                fmt1(mtp_step), fmt1(off_step), "-" if acc is None else acc, a.get("simulated_acceptance", "-")))
     return "\n".join(lines) + "\n"
+
+
+def fmt1(v):
+    return "-" if v is None else "{:,.1f}".format(v)
 
 
 def main():
