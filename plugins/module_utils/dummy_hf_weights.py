@@ -42,7 +42,9 @@ changes two things, and 1 leaves the bytes as they were:
   1 - agreement.
 
 Routing is degenerate (a zero router ties every expert) and the kernels multiply zeros: use it to
-prove serving, grammars and drafting, never to measure speed (that is `--load-format dummy`).
+prove serving, grammars and drafting, never to measure the model's speed (that is `--load-format
+dummy`); drafting's cost against its gain, both sides on the same kernels, is what `mtp_agreement`
+measures (tests/gpu/mtp_fraction.py).
 Zero regions are left as holes in a sparse file: the 2-layer file is 14.9 GB long, 26 MB on disk.
 """
 
@@ -177,18 +179,22 @@ def mtp_plan(config, seed=0, agreement=1.0, reply_tokens=256):
     def wrong(c):  # a token whose row ranks another next token first
         return quote if nxt[quote] != nxt[c] else other
 
+    def step(c):
+        return int(nxt[c])
+
+    def drafter_off(off):
+        return lambda c: int(nxt[wrong(c)]) if c in off else int(nxt[c])
+
     start = ids["</think>"]
     visited = []
-    for t in drafting(lambda c: int(nxt[c]), lambda c: int(nxt[c]), start, reply_tokens)[2]:
+    for t in drafting(step, step, start, reply_tokens)[2]:
         if t not in visited:
             visited.append(t)
     rng = np.random.default_rng([seed, 27, 4, 1])
     order = [visited[i] for i in rng.permutation(len(visited))]
     best = None
     for j in range(len(order) + 1):
-        off = set(order[:j])
-        pick = lambda c: int(nxt[wrong(c)]) if c in off else int(nxt[c])  # noqa: E731
-        accepted, drafted, _tokens = drafting(lambda c: int(nxt[c]), pick, start, reply_tokens)
+        accepted, drafted, _tokens = drafting(step, drafter_off(set(order[:j])), start, reply_tokens)
         gap = abs(accepted / float(drafted) - agreement)
         if best is None or gap < best[0]:
             best = (gap, j)
