@@ -95,48 +95,55 @@ check_phase() {  # check_phase NAME COMMAND...: a phase, unless it passed on the
   cached "$1" || phase "$@"
 }
 
-# Molecule scenarios beside the lanes and the playbook tests (each its own log and time), collected by
-# join_molecule: their hosts wait on containers and Ansible's polling while the playbook tests wait
-# on engines, so on 2 cores the two together take less than one after the other. They share the
-# daemon (and the llama.cpp root, written by rename), never a port or a container name.
+# Phases in the background, one after the other, each its own log and time, collected by
+# join_background: molecule's scenarios, then a share of the playbook tests. Their hosts wait on
+# containers and Ansible's polling while the foreground waits on engines, so on 2 cores the two
+# streams together take less than one after the other; the share is sized so that both end near
+# the same time. They share the daemon (and the llama.cpp root, written by rename), never a port
+# or a container name: the playbook tests of each stream use ports the other's do not.
 declare -A MOLECULE=(
-  [default]="molecule default (2 container hosts: site.yml, idempotence, verify, stop)"
-  [preflight]="molecule preflight (7 container hosts)"
-  [check_mode]="molecule check_mode (--check on fresh hosts)"
+  [default]="molecule default (2 container hosts: site.yml, idempotence, verify, stop), beside"
+  [preflight]="molecule preflight (7 container hosts), beside"
+  [check_mode]="molecule check_mode (--check on fresh hosts), beside"
 )
-BG_PID="" BG_DIR="" BG_SCENARIOS=()
+BG_PID="" BG_DIR="" BG_NAMES=() BG_CMDS=()
 
-start_molecule() {  # start_molecule SCENARIO...: one after the other, in the background
-  local s
-  BG_DIR=$(mktemp -d) BG_SCENARIOS=()
-  for s in "$@"; do
-    cached "${MOLECULE[$s]}, beside" || BG_SCENARIOS+=("$s")
-  done
-  [[ ${#BG_SCENARIOS[@]} -gt 0 ]] || return 0
+queue_background() {  # queue_background NAME COMMAND...: queued unless it passed on these inputs
+  cached "$1" && return 0
+  BG_NAMES+=("$1")
+  shift
+  BG_CMDS+=("$(printf '%q ' "$@")")
+}
+
+start_background() {  # run the queue, one phase after the other, in the background
+  local names
+  [[ ${#BG_NAMES[@]} -gt 0 ]] || return 0
+  BG_DIR=$(mktemp -d)
   (
-    for s in "${BG_SCENARIOS[@]}"; do
+    for i in "${!BG_NAMES[@]}"; do
       start=$SECONDS rc=0
-      in_venv molecule test -s "$s" > "$BG_DIR/$s.log" 2>&1 || rc=$?
-      echo "$rc $((SECONDS - start))" > "$BG_DIR/$s.rc"
+      eval "${BG_CMDS[$i]}" > "$BG_DIR/$i.log" 2>&1 || rc=$?
+      echo "$rc $((SECONDS - start))" > "$BG_DIR/$i.rc"
       [[ $rc == 0 ]] || exit "$rc"
     done
   ) &
   BG_PID=$!
-  echo "=== ${BG_SCENARIOS[*]} started in the background"
+  names=$(printf '%s; ' "${BG_NAMES[@]}")
+  echo "=== started in the background: ${names%; }"
 }
 
-join_molecule() {  # wait for them; print their logs and their phase lines
-  local rc=0 s code secs
+join_background() {  # wait for the queue; print its logs and its phase lines
+  local rc=0 i code secs
   [[ -n $BG_PID ]] || return 0
   wait "$BG_PID" || rc=$?
-  for s in "${BG_SCENARIOS[@]}"; do
-    [[ -f $BG_DIR/$s.rc ]] || continue
-    echo "=== ${MOLECULE[$s]} (ran in the background)"
-    cat "$BG_DIR/$s.log"
-    read -r code secs < "$BG_DIR/$s.rc"
-    PHASES+=("$(printf '%-52s %4ss  %s' "${MOLECULE[$s]}, beside" "$secs" \
+  for i in "${!BG_NAMES[@]}"; do
+    [[ -f $BG_DIR/$i.rc ]] || continue
+    echo "=== ${BG_NAMES[$i]} (ran in the background)"
+    cat "$BG_DIR/$i.log"
+    read -r code secs < "$BG_DIR/$i.rc"
+    PHASES+=("$(printf '%-52s %4ss  %s' "${BG_NAMES[$i]}" "$secs" \
       "$([[ $code == 0 ]] && echo ok || echo "FAILED (rc $code)")")")
-    [[ $code != 0 ]] || record_pass "${MOLECULE[$s]}, beside" "$secs"
+    [[ $code != 0 ]] || record_pass "${BG_NAMES[$i]}" "$secs"
   done
   rm -rf "$BG_DIR"
   if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
@@ -186,7 +193,7 @@ start_testbed() {  # the test bed's own Docker daemon, stopped when this script 
   export GPUSERVE_TEST_DOCKER_SOCKET=${GPUSERVE_TEST_DOCKER_HOST#unix://}
   # The llama.cpp root from Debian's packages is kept between runs, as a workstation keeps it.
   export GPUSERVE_TEST_IMAGE_CACHE=$PWD/.work/images-debian
-  # Background phases (start_molecule) stop too: their hosts live on this daemon.
+  # Background phases (start_background) stop too: their hosts live on this daemon.
   trap '{ [[ -z $BG_PID ]] || kill "$BG_PID" 2>/dev/null; } || true; tests/testbed/dockerd.sh stop' EXIT
   echo "test bed daemon at $GPUSERVE_TEST_DOCKER_HOST"
 }
@@ -244,9 +251,21 @@ inputs_key
 
 check_phase "yamllint" .venv/bin/yamllint -s .
 check_phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh scripts/*.sh .ci/run
-# Molecule's scenarios in the background from here on: they fill the cores the lanes below leave idle
-# while one lane is single-threaded, and the playbook tests after them.
-start_molecule preflight check_mode default
+# The playbook tests in two streams (the newest ansible-core, where Python 3.12 is): these files in the
+# background after molecule's scenarios, every other file and the unit tests in the foreground.
+PLAYBOOKS_BESIDE=(tests/integration/test_autotune_play.py tests/integration/test_service_play.py
+                  tests/integration/test_weights_play.py tests/integration/test_main_command.py)
+PLAYBOOK_VENV=.venv
+PLAYBOOK_CORE="ansible-core 2.19"
+[[ ! -x .venv-latest/bin/python ]] || PLAYBOOK_VENV=.venv-latest PLAYBOOK_CORE="newest ansible-core"
+# The background from here on: it fills the cores the lanes below leave idle while one lane is
+# single-threaded, and runs beside the playbook tests after them.
+for s in preflight check_mode default; do
+  queue_background "${MOLECULE[$s]}" in_venv molecule test -s "$s"
+done
+queue_background "pytest playbooks (${#PLAYBOOKS_BESIDE[@]} files), $PLAYBOOK_CORE, beside" \
+  run_pytest "$PLAYBOOK_VENV" --durations=10 "${PLAYBOOKS_BESIDE[@]}"
+start_background
 # Three lanes side by side on the 2 cores: each check runs one process at a time.
 lane_lint() {
   in_venv ansible-lint -q && tests/testbed/package.sh .venv && tests/testbed/sanity.sh .venv
@@ -255,10 +274,10 @@ LATEST=()
 [[ -z $PY312 ]] || LATEST=(-- "ansible-test sanity, newest ansible-core" tests/testbed/sanity.sh .venv-latest)
 together "ansible-lint, collection build and install, ansible-test sanity 2.19" lane_lint \
   -- "pytest unit, ansible-core 2.19" run_pytest .venv tests/unit "${LATEST[@]}"
-if [[ -x .venv-latest/bin/python ]]; then
-  check_phase "pytest unit + playbooks, newest ansible-core" run_pytest .venv-latest --durations=25 tests/unit tests/integration
-else
-  check_phase "pytest playbooks, ansible-core 2.19" run_pytest .venv --durations=25 tests/integration
-fi
-join_molecule
+FOREGROUND=(tests/integration)
+for f in "${PLAYBOOKS_BESIDE[@]}"; do FOREGROUND+=("--ignore=$f"); done
+[[ $PLAYBOOK_VENV == .venv ]] || FOREGROUND=(tests/unit "${FOREGROUND[@]}")
+check_phase "pytest $([[ $PLAYBOOK_VENV == .venv ]] || echo "unit + ")playbooks, $PLAYBOOK_CORE" \
+  run_pytest "$PLAYBOOK_VENV" --durations=25 "${FOREGROUND[@]}"
+join_background
 summary

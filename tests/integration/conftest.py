@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import yaml
@@ -56,13 +57,23 @@ def wheelhouse(tmp_path_factory):
     with open(os.path.join(ROOT, "requirements-host.txt")) as f:
         wanted = f.read()
     if not os.path.exists(stamp) or open(stamp).read() != wanted:
-        shutil.rmtree(cache, ignore_errors=True)
+        # Made beside and renamed into place: tests/run.sh runs two pytest processes that may both get here.
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        fresh = tempfile.mkdtemp(prefix=os.path.basename(cache) + ".new-", dir=os.path.dirname(cache))
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
                         "--only-binary=:all:", "--python-version", version,
-                        "-r", os.path.join(ROOT, "requirements-host.txt"), "-d", cache],
+                        "-r", os.path.join(ROOT, "requirements-host.txt"), "-d", fresh],
                        check=True)
-        with open(stamp, "w") as f:
+        with open(os.path.join(fresh, ".stamp"), "w") as f:
             f.write(wanted)
+        old = "%s.old-%d" % (cache, os.getpid())
+        if os.path.exists(cache):
+            os.rename(cache, old)
+        try:
+            os.rename(fresh, cache)
+        except OSError:  # the other process put its copy there first: the same pins
+            shutil.rmtree(fresh, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
     sys.path.insert(0, os.path.join(TESTS, "nvml_double"))
     import build_wheel
     out = tmp_path_factory.mktemp("wheelhouse")
