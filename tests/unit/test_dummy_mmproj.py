@@ -1,6 +1,11 @@
 """The burn-in multimodal projector (mmproj) for llama.cpp: its header is what libmtmd's loader
 reads (tests/fixtures/llamacpp-mmproj/ holds the run on Debian's llama-server 0.7.0), and its image
 tokens leave the burn-in text model's hand-set replies as they are."""
+import json
+import os
+import subprocess
+import sys
+
 import gguf
 import numpy as np
 import pytest
@@ -9,6 +14,7 @@ from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_gguf as 
 from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_mmproj as m
 from gguf_forward import forward_logits
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REQUIRED_KEYS = [  # clip.cpp's load_hparams reads these without a default (or throws)
     "clip.vision.embedding_length", "clip.vision.attention.head_count", "clip.vision.feed_forward_length",
     "clip.vision.block_count", "clip.vision.projection_dim", "clip.vision.attention.layer_norm_epsilon",
@@ -111,3 +117,50 @@ def test_the_text_model_replies_the_same_with_image_tokens_in_the_prompt(with_to
     want = g.token_id(shape, "<tool_call>" if with_tools else g.REPLY[0])
     assert int(np.argmax(forward_logits(shape, weights, plain))) == want
     assert int(np.argmax(forward_logits(shape, weights, ids, rows))) == want
+
+
+def dummy_weights(tmp_path, check=False, **args):
+    """The weights stage's module as Ansible runs it (its arguments in a file)."""
+    path = tmp_path / "args.json"
+    args = dict({"path": str(tmp_path / "model"), "format": "gguf", "chat_template": "{{ messages }}"}, **args)
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check)}))
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "plugins", "modules", "dummy_weights.py"), str(path)],
+                         stdout=subprocess.PIPE, text=True, check=False,
+                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections")))
+    return json.loads(out.stdout)
+
+
+def test_the_weights_stage_writes_the_projector_with_vision_once_and_check_mode_writes_nothing(tmp_path):
+    folder = tmp_path / "model"
+    preview = dummy_weights(tmp_path, check=True, vision=True)
+    assert preview["changed"] and not folder.exists(), preview
+    assert preview["mmproj_file"] == str(folder / "mmproj.gguf")
+
+    made = dummy_weights(tmp_path, vision=True)
+    assert made["changed"] and made["mmproj_file"] == str(folder / "mmproj.gguf"), made
+    assert sorted(made["files"]) == ["mmproj.gguf", "model.gguf"]
+    assert made["files"]["mmproj.gguf"] == g.digest(str(folder / "mmproj.gguf"))
+    assert made["model"]["mmproj"]["projector"] == "mlp" and made["model"]["mmproj"]["text_n_embd"] == made["model"]["n_embd"]
+    stamp = json.loads((folder / "gpuserve-dummy.json").read_text())
+    assert stamp["files"] == made["files"] and stamp["inputs"]["vision"] is True
+    # the same bytes as the generator's own (what the llama-server run in tests/fixtures loaded)
+    m.write(str(tmp_path / "direct.gguf"), seed=0, name="gpuserve burn-in model mmproj")
+    assert g.digest(str(tmp_path / "direct.gguf")) == made["files"]["mmproj.gguf"]
+
+    mtime = os.stat(str(folder / "mmproj.gguf")).st_mtime_ns
+    again = dummy_weights(tmp_path, vision=True)
+    assert not again["changed"] and again["files"] == made["files"], again
+    assert dummy_weights(tmp_path, check=True, vision=True)["changed"] is False
+    assert os.stat(str(folder / "mmproj.gguf")).st_mtime_ns == mtime
+
+    # a damaged projector is made again: the stamp's digest no longer matches
+    with open(str(folder / "mmproj.gguf"), "r+b") as f:
+        f.seek(2048)
+        f.write(b"\xff" * 32)
+    assert dummy_weights(tmp_path, vision=True)["changed"]
+    assert g.digest(str(folder / "mmproj.gguf")) == made["files"]["mmproj.gguf"]
+
+    # without vision: a text model's stamp, no projector in the result
+    text = dummy_weights(tmp_path)
+    assert text["changed"] and "mmproj_file" not in text and list(text["files"]) == ["model.gguf"], text
+    assert "mmproj" not in text["model"]
