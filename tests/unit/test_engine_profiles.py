@@ -212,6 +212,33 @@ def test_llamacpp_with_vision_loads_the_projector_and_without_loads_none():
     assert "--no-mmproj" in text and "--mmproj" not in text
 
 
+def test_the_projector_the_weights_stage_records_is_the_one_the_service_stage_renders():
+    """weights_model.serve_mmproj_file (roles/weights/tasks/dummy.yml) -> service_paths.mmproj_file
+    (roles/service/vars/main.yml) -> --mmproj: the expressions rendered as Jinja, with and without vision."""
+    from jinja2 import Environment
+    with open(os.path.join(ROOT, "roles", "weights", "tasks", "dummy.yml")) as f:
+        block = yaml.safe_load(f)[0]["block"]
+    made = next(t for t in block if t.get("register") == "weights_dummy_main")
+    assert "llm_vision" in made["gpuserve.llm.dummy_weights"]["vision"]
+    record = next(t for t in block if "ansible.builtin.set_fact" in t)["ansible.builtin.set_fact"]["weights_model"]
+    assert record["volumes"].strip().startswith("{{ [weights_dummy_main.path ~ ':/models/main:ro']")
+    with open(os.path.join(ROOT, "roles", "service", "vars", "main.yml")) as f:
+        service = yaml.safe_load(f)["service_paths"]["mmproj_file"]
+    env = Environment()
+    settings, paths, facts = CASES["llamacpp-cpu"]
+    for result, vision in (({"path": "/d", "mmproj_file": "/d/mmproj.gguf"}, True), ({"path": "/d"}, False)):
+        serve = env.from_string(record["serve_mmproj_file"]).render(weights_dummy_main=result)
+        mmproj = env.from_string(service).render(weights_model={"serve_mmproj_file": serve})
+        argv = engine_command(dict(settings, **dict(LLAMA_VISION, llm_vision=vision)), dict(paths, mmproj_file=mmproj),
+                              facts)["argv"]
+        if vision:
+            assert argv[argv.index("--mmproj") + 1] == "/models/main/mmproj.gguf"
+        else:
+            assert mmproj == "" and "--no-mmproj" in argv
+    # hub weights record no projector: the service stage's default
+    assert env.from_string(service).render(weights_model={}) == ""
+
+
 @pytest.mark.parametrize("variant", [{}, LLAMA_VISION, {"llm_drafter": "org/draft-model"}, {"llm_drafter": "mtp"},
                                      {"llm_thinking": True}, {"llm_api_key": ""}])
 def test_every_llamacpp_flag_is_in_llama_server_0_7_0_help(variant):
