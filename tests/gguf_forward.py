@@ -5,11 +5,14 @@ import numpy as np
 from ansible_collections.gpuserve.llm.plugins.module_utils.dummy_gguf import HEAD_DIM, ROPE_BASE
 
 
-def forward_logits(shape, weights, ids):
+def forward_logits(shape, weights, ids, rows=None):
     """The model's logits for the last position, computed the way llama.cpp does (RMSNorm, causal
-    attention with RoPE, SwiGLU)."""
+    attention with RoPE, SwiGLU). `rows`: {position: embedding} for positions whose input is not a
+    token's embedding (an image's tokens from the mmproj; their entry in ids is ignored)."""
     d, n_head = shape["n_embd"], shape["n_head"]
     x = weights["token_embd.weight"][ids].astype(np.float64)
+    for position, row in (rows or {}).items():
+        x[position] = row
     pos = np.arange(len(ids))
     inv = ROPE_BASE ** (-np.arange(0, HEAD_DIM, 2) / HEAD_DIM)
     angle = pos[:, None] * inv[None, :]

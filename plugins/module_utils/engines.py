@@ -42,6 +42,9 @@ PROFILES = {
         "gpu": False,
         "health": {"path": "/health", "status": 200},
         "pool": {"path": "/slots", "parser": "llamacpp_slots"},
+        # What verify's video_input reports instead of running (libmtmd decodes video by running ffmpeg).
+        "no_video": "llama.cpp 0.7.0 decodes video with ffmpeg and ffprobe, which the engine image does not have: "
+                    "images only",
     },
 }
 

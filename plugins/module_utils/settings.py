@@ -140,9 +140,15 @@ UNSUPPORTED = {
         ("llm_kv", lambda s: s.get("llm_kv") == "fp8",
          "llama.cpp has no fp8 KV cache (its cache types are q8_0, f16, bf16)",
          "set llm_kv: bf16, or llm_engine: vllm"),
-        ("llm_vision", lambda s: bool(s.get("llm_vision")),
-         "the llama.cpp profile serves text only (image input needs an --mmproj projector)",
-         "set llm_vision: false, or llm_engine: vllm"),
+        # Burn-in weights carry a projector (mmproj.gguf, the weights stage); a hub repo's is not fetched.
+        ("llm_vision", lambda s: bool(s.get("llm_vision")) and not _dummy(s),
+         "the weights stage fetches the repo's one GGUF and no projector (--mmproj) for it, so llama.cpp serves "
+         "hub weights as text only",
+         "set llm_vision: false, llm_weights: dummy (burn-in weights with a projector), or llm_engine: vllm"),
+        ("llm_media_urls", lambda s: s.get("llm_vision") and s.get("llm_media_urls") != "any",
+         "llama-server 0.7.0 fetches any http(s) image URL and has no flag to refuse them",
+         "set llm_media_urls: any to serve images on llama.cpp (it fetches any URL), llm_vision: false, or "
+         "llm_engine: vllm"),
         ("llm_dense", lambda s: s.get("llm_dense") != s.get("llm_model_dense", s.get("llm_dense")),
          "llama.cpp runs the GGUF's own quantization and converts nothing at load",
          "set llm_dense to the GGUF's (llm_model_dense), or llm_engine: vllm"),

@@ -383,6 +383,8 @@ class Verifier(object):
     def video_input(self):
         if not self.o["vision"]:
             return not_run("video_input", "vision is off (llm_vision: false)")
+        if self.o.get("no_video"):
+            return not_run("video_input", self.o["no_video"])
         colours = [c for _name, c in prompts.COLOURS]
         short_clip, long_clip = prompts.avi(colours * 3), prompts.avi(colours * 6)  # 9 and 18 frames at 4 fps
         counts = {}

@@ -17,6 +17,9 @@ description:
     that spots C(<tools>) in the prompt), so that plain replies, streaming, C(json_schema), C(json_object) and tool
     calls work through the engine's own grammars. Needs the C(gguf) and C(numpy) packages (the collection's host
     virtualenv has them).
+  - O(format=gguf) with O(vision=true) also writes C(mmproj.gguf), a tiny LLaVA-style projector with hand-set weights
+    for C(llama-server --mmproj) - images by data URL are accepted and counted (more pixels, more tokens), the reply
+    is the burn-in one with or without images.
   - O(format=hf) writes a model folder for vLLM or SGLang served with C(--load-format dummy) - the architecture's
     C(config.json) (a preset's shapes or a given config, layer count adjustable), C(generation_config.json) and a
     byte-level tokenizer with the model family's special tokens and chat template. No weight files.
@@ -72,6 +75,12 @@ options:
     description: The model's name, written into the file's metadata.
     type: str
     default: gpuserve burn-in model
+  vision:
+    description:
+      - O(format=gguf) - also write the multimodal projector C(mmproj.gguf), matched to the text model's width.
+      - O(format=hf) ignores it (the O(preset) decides the vision tower).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -99,12 +108,17 @@ model_file:
   description: The GGUF file (O(format=gguf)).
   returned: when O(format=gguf)
   type: str
+mmproj_file:
+  description: The projector GGUF (O(format=gguf) with O(vision=true)).
+  returned: when O(format=gguf) and O(vision=true)
+  type: str
 files:
   description: File name to sha256 of what the folder holds (or would hold).
   returned: always
   type: dict
 model:
-  description: What the model is (architecture, layers, sizes; for GGUF the seed and the fixed reply).
+  description: What the model is (architecture, layers, sizes; for GGUF the seed and the fixed reply, and the projector's
+    shape under C(mmproj) when O(vision=true)).
   returned: always
   type: dict
 dummy:
@@ -122,12 +136,13 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_gguf, dummy_hf
+from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_gguf, dummy_hf, dummy_mmproj
 from ansible_collections.gpuserve.llm.plugins.module_utils.atomic_file import read_json, replacing, write_bytes
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
 
 STAMP = "gpuserve-dummy.json"
 GGUF_FILE = "model.gguf"
+MMPROJ_FILE = "mmproj.gguf"
 # Bumped when the generator's output changes for the same inputs.
 GENERATOR = 1
 
@@ -158,7 +173,13 @@ def make_gguf(module, path, p):
         model = dummy_gguf.write(tmp, seed=p["seed"], layers=p["layers"] or 2, context=p["context"],
                                  chat_template=p["chat_template"], name=p["name"])
         digest = dummy_gguf.digest(tmp)
-    return model, {GGUF_FILE: digest}
+    files = {GGUF_FILE: digest}
+    if p["vision"]:
+        with replacing(os.path.join(path, MMPROJ_FILE), suffix=".gguf") as tmp:
+            model["mmproj"] = dummy_mmproj.write(tmp, seed=p["seed"], text_layers=p["layers"] or 2,
+                                                 text_context=p["context"], name=p["name"] + " mmproj")
+            files[MMPROJ_FILE] = dummy_gguf.digest(tmp)
+    return model, files
 
 
 def main():
@@ -173,6 +194,7 @@ def main():
             preset=dict(type="str", default="glm4_moe"),
             config=dict(type="dict", default={}),
             name=dict(type="str", default="gpuserve burn-in model"),
+            vision=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -184,6 +206,9 @@ def main():
         inputs.update(seed=p["seed"], layers=p["layers"] or 2, context=p["context"])
         shape = dummy_gguf.layout(p["layers"] or 2, p["context"])
         model = dummy_gguf.describe(shape, p["seed"])
+        if p["vision"]:
+            inputs["vision"] = True  # absent without it: a text model's stamp stays what it was
+            model["mmproj"] = dummy_mmproj.describe(dummy_mmproj.layout(p["layers"] or 2, p["context"]), p["seed"])
         texts = None
     else:
         try:
@@ -198,6 +223,8 @@ def main():
     result = dict(changed=False, path=path, model=model, dummy=True)
     if p["format"] == "gguf":
         result["model_file"] = os.path.join(path, GGUF_FILE)
+        if p["vision"]:
+            result["mmproj_file"] = os.path.join(path, MMPROJ_FILE)
     if current(path, stamp, inputs):
         result["files"] = stamp["files"]
         module.exit_json(**result)

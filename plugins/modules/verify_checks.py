@@ -78,6 +78,11 @@ options:
     description: Image input is on.
     type: bool
     default: false
+  no_video:
+    description: Why the engine serves no video though vision is on (the engine profile's C(no_video)); the video check
+      is then not run, with this reason. Empty - video is served.
+    type: str
+    default: ""
   media_urls:
     description:
       - Which media URLs the engine accepts (llm_media_urls) - C(data_only), C(any), or a list of domains. Unless
@@ -225,6 +230,7 @@ def main():
             dummy=dict(type="bool", default=False),
             vision=dict(type="bool", default=False),
             media_urls=dict(type="raw", default="data_only"),
+            no_video=dict(type="str", default=""),
             exact_prompts=dict(type="int", default=8),
             exact_max_tokens=dict(type="int", default=64, no_log=False),
             long_prompts=dict(type="int", default=2),

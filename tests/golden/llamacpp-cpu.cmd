@@ -1,6 +1,7 @@
 LLAMA_API_KEY=<llm_api_key> \
 llama-server \
   --model /models/tiny/tiny.gguf \
+  --no-mmproj \
   --alias tiny \
   --host 127.0.0.1 \
   --port 8020 \

@@ -2,7 +2,10 @@
 by Debian's llama-server in a container (the command rendered from templates/llamacpp.j2), with the
 checks a burn-in must pass: plain replies, streaming, json_schema, json_object, forced and automatic
 tool calls whose arguments parse, concurrent = sequential under greedy decoding, and a second seed
-as a draft model (draft-simple) giving the same replies."""
+as a draft model (draft-simple) giving the same replies. Vision is on: the stage writes the burn-in
+projector (mmproj.gguf) too, the command loads it (--mmproj), and images by data URL are served:
+counted (more pixels, more tokens; two images twice one), a corrupt one refused, through verify's own
+image_input check and a request of the test's own."""
 import concurrent.futures
 import hashlib
 import json
@@ -15,14 +18,19 @@ import pytest
 import yaml
 
 from ansible_collections.gpuserve.llm.plugins.filter.engines import engine_command
+from ansible_collections.gpuserve.llm.plugins.module_utils import engines, verify
+from ansible_collections.gpuserve.llm.plugins.module_utils import prompts as media
+from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
 from conftest import ROOT, docker
 
 MODEL = "gpuserve/tiny-llama-dummy"
 DRAFT = "gpuserve/tiny-llama-draft"
 API_KEY = "sk-burn-in-test"
-CPU = dict(llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4", llm_model_dense="q4",
-           llm_reserve_gib=0, llm_kv_cap_gib=0, llm_weights="dummy", llm_model=MODEL, llm_model_max_context=8192,
-           llm_context=2048, llm_max_tokens=256, llm_parallel=4, llm_host="127.0.0.1", llm_served_model_name="tiny")
+# Vision on: llama-server 0.7.0 fetches any http(s) image URL, so validation takes llm_media_urls: any only.
+CPU = dict(llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=True, llm_media_urls="any", llm_dense="q4",
+           llm_model_dense="q4", llm_reserve_gib=0, llm_kv_cap_gib=0, llm_weights="dummy", llm_model=MODEL,
+           llm_model_max_context=8192, llm_context=2048, llm_max_tokens=256, llm_parallel=4, llm_host="127.0.0.1",
+           llm_served_model_name="tiny")
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
@@ -47,8 +55,10 @@ class Engine:
         with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
             settings = {k: v for k, v in yaml.safe_load(f).items() if "{{" not in str(v)}
         settings.update(CPU, llm_port=port, llm_api_key=API_KEY, llm_drafter=DRAFT if draft_dir else "off")
-        paths = {"model_file": "/models/main/model.gguf", "draft_file": "/models/draft/model.gguf", "threads": 2}
+        paths = {"model_file": "/models/main/model.gguf", "draft_file": "/models/draft/model.gguf", "threads": 2,
+                 "mmproj_file": "/models/main/mmproj.gguf"}  # what roles/weights/tasks/dummy.yml records
         command = engine_command(settings, paths, {})
+        assert command["argv"][command["argv"].index("--mmproj") + 1] == paths["mmproj_file"]
         args = ["run", "-d", "--name", name, "--network", "host", "-v", "%s:/models/main:ro" % model_dir]
         if draft_dir:
             args += ["-v", "%s:/models/draft:ro" % draft_dir]
@@ -98,10 +108,13 @@ def made(fleet, tmp_path):
 def test_dummy_gguf_is_made_once_and_check_mode_writes_nothing(fleet, made):
     first, main, draft = made
     assert first.says("%s: dummy weights - GGUF, 2 layers" % MODEL), first
-    assert first.says("draft %s (seed 1)" % DRAFT)
+    assert first.says("mmproj (mlp, 148 tokens an image at most); draft %s (seed 1)" % DRAFT), first
     assert (main / "model.gguf").is_file() and (draft / "model.gguf").is_file()
     stamp = json.loads((main / "gpuserve-dummy.json").read_text())
     assert stamp["dummy"] is True and stamp["files"]["model.gguf"] == sha256(str(main / "model.gguf"))
+    # vision: the projector beside the model, in the stamp; the draft model has none
+    assert stamp["files"]["mmproj.gguf"] == sha256(str(main / "mmproj.gguf"))
+    assert not (draft / "mmproj.gguf").exists()
     assert sha256(str(main / "model.gguf")) != sha256(str(draft / "model.gguf"))
 
     again = fleet.run("site.yml", "--tags", "weights")
@@ -170,6 +183,26 @@ def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             together = list(pool.map(lambda p: plain.chat(p, max_tokens=40)["message"]["content"], prompts))
         assert together == alone
+
+        # images by data URL (the burn-in projector): verify's own check, as the verify role runs it -
+        # 64x64 and 448x672 PNGs accepted and counted, the larger more, two images twice one, a corrupt
+        # PNG refused with a 4xx and the engine still serving; no URL step (llm_media_urls: any)
+        client = Client(plain.url, API_KEY, "tiny", 60)
+        checks = verify.Verifier(client, {"vision": True, "dummy": True, "media_urls": "any",
+                                          "no_video": engines.PROFILES["llamacpp"]["no_video"]})
+        images = checks.image_input()
+        assert (images["status"], images["passed"], images["total"]) == ("pass", 4, 4), images
+        # 4 tokens a 28 px tile, plus an overview (dummy_mmproj's anyres grid): 3x3+1 tiles, 4x6+1 tiles
+        assert images["tokens"] == {"a 64x64 PNG": 40, "a 448x672 PNG": 100}, images
+        video = checks.video_input()  # no ffmpeg in the engine image: not run, not failed
+        assert video["status"] == "not_run" and "ffmpeg" in video["why"], video
+        # the burn-in reply is the same with an image in the message, and the usage counts it
+        pictured = client.chat([{"role": "user", "content": [media.image_url_part(media.png((30, 70, 220))),
+                                                             {"type": "text", "text": "Say hello."}]}],
+                               temperature=0, max_tokens=120)[0]
+        assert pictured["choices"][0]["message"]["content"] == reply["message"]["content"], pictured
+        assert pictured["usage"]["prompt_tokens"] == client.chat([{"role": "user", "content": "Say hello."}], temperature=0,
+                                                                 max_tokens=1)[0]["usage"]["prompt_tokens"] + 40
 
         # a second seed as draft model (draft-simple): the same replies as without drafting
         drafted = Engine(docker_host, image, "gpuserve-test-burnin-draft", 18111, str(main), str(draft))

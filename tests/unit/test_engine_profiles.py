@@ -18,6 +18,8 @@ VLLM_HELP = os.path.join(ROOT, "tests", "fixtures", "vllm-0.26.0-serve-help.txt"
 # SGLang's parser (ServerArgs.add_cli_args) printed on the GPU machine by tests/gpu/check_sglang_args.py.
 SGLANG_HELP = os.path.join(ROOT, "tests", "fixtures",
                            "sglang-%s-server-help.txt" % engines.PROFILES["sglang"]["version"])
+# Debian's llama-server 0.7.0 (build 11669) --help, from the engine image's root (chroot ROOT llama-server --help).
+LLAMA_HELP = os.path.join(ROOT, "tests", "fixtures", "llama-server-0.7.0-help.txt")
 UPDATE = os.environ.get("GPUSERVE_UPDATE_GOLDEN") == "1"
 
 with open(os.path.join(ROOT, "inventories", "example", "group_vars", "llm_hosts", "settings.yml")) as f:
@@ -199,6 +201,58 @@ def test_llamacpp_context_is_per_slot():
     assert opts["--host"] == "127.0.0.1" and opts["--port"] == str(LOCAL["llm_port"])
 
 
+LLAMA_VISION = {"llm_weights": "dummy", "llm_vision": True, "llm_media_urls": "any"}
+
+
+def test_llamacpp_with_vision_loads_the_projector_and_without_loads_none():
+    settings, paths, facts = CASES["llamacpp-cpu"]
+    argv = engine_command(dict(settings, **LLAMA_VISION), dict(paths, mmproj_file="/models/main/mmproj.gguf"), facts)["argv"]
+    assert argv[argv.index("--mmproj") + 1] == "/models/main/mmproj.gguf" and "--no-mmproj" not in argv
+    text = rendered("llamacpp-cpu")["argv"]
+    assert "--no-mmproj" in text and "--mmproj" not in text
+
+
+def test_the_projector_the_weights_stage_records_is_the_one_the_service_stage_renders():
+    """weights_model.serve_mmproj_file (roles/weights/tasks/dummy.yml) -> service_paths.mmproj_file
+    (roles/service/vars/main.yml) -> --mmproj: the expressions rendered as Jinja, with and without vision."""
+    from jinja2 import Environment
+    with open(os.path.join(ROOT, "roles", "weights", "tasks", "dummy.yml")) as f:
+        block = yaml.safe_load(f)[0]["block"]
+    made = next(t for t in block if t.get("register") == "weights_dummy_main")
+    assert "llm_vision" in made["gpuserve.llm.dummy_weights"]["vision"]
+    record = next(t for t in block if "ansible.builtin.set_fact" in t)["ansible.builtin.set_fact"]["weights_model"]
+    assert record["volumes"].strip().startswith("{{ [weights_dummy_main.path ~ ':/models/main:ro']")
+    with open(os.path.join(ROOT, "roles", "service", "vars", "main.yml")) as f:
+        service = yaml.safe_load(f)["service_paths"]["mmproj_file"]
+    env = Environment()
+    settings, paths, facts = CASES["llamacpp-cpu"]
+    for result, vision in (({"path": "/d", "mmproj_file": "/d/mmproj.gguf"}, True), ({"path": "/d"}, False)):
+        serve = env.from_string(record["serve_mmproj_file"]).render(weights_dummy_main=result)
+        mmproj = env.from_string(service).render(weights_model={"serve_mmproj_file": serve})
+        argv = engine_command(dict(settings, **dict(LLAMA_VISION, llm_vision=vision)), dict(paths, mmproj_file=mmproj),
+                              facts)["argv"]
+        if vision:
+            assert argv[argv.index("--mmproj") + 1] == "/models/main/mmproj.gguf"
+        else:
+            assert mmproj == "" and "--no-mmproj" in argv
+    # hub weights record no projector: the service stage's default
+    assert env.from_string(service).render(weights_model={}) == ""
+
+
+@pytest.mark.parametrize("variant", [{}, LLAMA_VISION, {"llm_drafter": "org/draft-model"}, {"llm_drafter": "mtp"},
+                                     {"llm_thinking": True}, {"llm_api_key": ""}])
+def test_every_llamacpp_flag_is_in_llama_server_0_7_0_help(variant):
+    with open(LLAMA_HELP) as f:
+        text = f.read()
+    assert text.startswith("----- common params -----")
+    flags = set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", text))
+    settings, paths, facts = CASES["llamacpp-cpu"]
+    paths = dict(paths, mmproj_file="/models/main/mmproj.gguf", draft_file="/models/draft/model.gguf")
+    argv = engine_command(dict(settings, **variant), paths, facts)["argv"]
+    assert argv[0] == "llama-server"
+    assert [a for a in argv if a.startswith("--") and a not in flags] == []
+
+
 # Pool figures, from payloads in each engine's documented format (synthetic values).
 
 def test_pool_from_vllm_metrics():
@@ -244,7 +298,8 @@ REFUSALS = {
     ("`llm_dense`", "llamacpp"): {"llm_dense": "fp8"},
     ("`llm_kv`", "llamacpp"): {"llm_kv": "fp8"},
     ("`llm_drafter`", "llamacpp"): {"llm_drafter": "ngram"},
-    ("`llm_vision`", "llamacpp"): {"llm_vision": True},
+    ("`llm_vision`", "llamacpp"): {"llm_vision": True, "llm_weights": "hub", "llm_media_urls": "any"},
+    ("`llm_media_urls`", "llamacpp"): {"llm_vision": True, "llm_media_urls": "data_only"},
     ("`llm_media_urls`", "sglang"): {"llm_media_urls": "data_only"},
     ("`llm_reserve_gib`", "llamacpp"): {"llm_reserve_gib": 7.5},
     ("`llm_kv_cap_gib`", "sglang"): {"llm_kv_cap_gib": 60},
@@ -263,8 +318,9 @@ def test_readme_engine_table_refusals_are_what_validation_refuses():
     for (row, engine), change in REFUSALS.items():
         settings = dict(base[engine], llm_context=2048 if engine == "llamacpp" else 131072, **change)
         settings.pop("llm_api_key")
-        codes = [(f["code"], f["details"].get("engine")) for f in validate(settings, options)[0]]
-        assert ("E_UNSUPPORTED", engine) in codes, (row, engine, codes)
+        codes = [(f["code"], f["details"].get("engine"), f["subject"]) for f in validate(settings, options)[0]]
+        # refused for the row's own setting, not for another one the change happens to trip
+        assert [c for c in codes if c[:2] == ("E_UNSUPPORTED", engine) and "`%s`" % c[2] in row], (row, engine, codes)
 
 
 def test_readme_engine_table_vllm_flags_are_real():

@@ -88,7 +88,10 @@ def test_bad_setting_is_refused_with_its_code(name, value, code, allowed):
     (None, dict(llm_dense="q4"), "llm_dense"),                    # q4 needs a 4-bit checkpoint
     (None, dict(llm_dense="bf16"), "llm_dense"),                  # no fp8 -> bf16 at load
     (CPU, dict(llm_kv="fp8"), "llm_kv"),                          # llama.cpp has no fp8 KV
-    (CPU, dict(llm_vision=True), "llm_vision"),
+    (CPU, dict(llm_vision=True, llm_media_urls="any"), "llm_vision"),  # hub weights: no projector fetched
+    # llama-server 0.7.0 fetches any http(s) image URL: only llm_media_urls: any is honest
+    (CPU, dict(llm_weights="dummy", llm_vision=True), "llm_media_urls"),
+    (CPU, dict(llm_weights="dummy", llm_vision=True, llm_media_urls=["example.com"]), "llm_media_urls"),
     (CPU, dict(llm_dense="fp8"), "llm_dense"),                    # the GGUF's quantization is fixed
     (CPU, dict(llm_drafter="ngram"), "llm_drafter"),
     (CPU, dict(llm_kv_cap_gib=60), "llm_kv_cap_gib"),
@@ -115,6 +118,9 @@ def test_dummy_weights_with_what_they_can_serve_are_accepted():
     assert check(llm_weights="dummy") == []                                    # the vision folder on vLLM
     assert check(llm_vision=False, llm_drafter="mtp", llm_model="zai-org/GLM-4.5-Air-FP8") == []
     assert check(CPU, llm_weights="dummy", llm_drafter="gpuserve/tiny-draft") == []  # a second dummy GGUF
+    # the burn-in GGUF with its projector (mmproj.gguf): images on llama.cpp, any media URL (it fetches them)
+    assert check(CPU, llm_weights="dummy", llm_vision=True, llm_media_urls="any") == []
+    assert check(CPU, llm_weights="dummy", llm_vision=True, llm_media_urls="any", llm_drafter="gpuserve/tiny-draft") == []
     assert check(llm_drafter="org/draft-model") == []                           # real weights: any draft repo
 
 

@@ -12,7 +12,7 @@ import zlib
 
 import pytest
 
-from ansible_collections.gpuserve.llm.plugins.module_utils import bench, prompts, verify
+from ansible_collections.gpuserve.llm.plugins.module_utils import bench, engines, prompts, verify
 from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_total
 from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError
 
@@ -289,6 +289,15 @@ def test_media_checks_do_not_run_without_vision_and_colours_need_real_weights():
     assert v.image_input()["status"] == v.video_input()["status"] == "not_run"
     images = verify.Verifier(MediaEngine(), {"vision": True, "dummy": True}).images()
     assert images["status"] == "not_run" and "real weights" in images["why"]
+
+
+def test_an_engine_without_video_has_video_input_not_run_with_the_profiles_reason_and_images_still_checked():
+    """llama.cpp 0.7.0 decodes video with ffmpeg, which its image lacks: video_input is not_run, not failed."""
+    why = engines.PROFILES["llamacpp"]["no_video"]
+    image, video = media_checks(MediaEngine(fetches_urls=True), media_urls="any", no_video=why)
+    assert (image["status"], image["total"]) == ("pass", 4)
+    assert (video["status"], video["why"]) == ("not_run", why) and "ffmpeg" in why
+    assert "no_video" not in engines.PROFILES["vllm"] and "no_video" not in engines.PROFILES["sglang"]
 
 
 def test_the_avi_is_one_uncompressed_top_down_stream_with_an_index_entry_per_frame():
