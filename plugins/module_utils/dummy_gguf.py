@@ -219,13 +219,19 @@ def write(path, seed=0, layers=2, context=8192, chat_template="", name="gpuserve
     writer.add_add_bos_token(False)
     if chat_template:
         writer.add_chat_template(chat_template)
-    for tensor_name, array in tensors(shape, seed).items():
+    write_tensors(writer, tensors(shape, seed))
+    return describe(shape, seed)
+
+
+def write_tensors(writer, named):
+    """The tensors ({name: array}; matrices as f16, vectors as they are) and the file's end."""
+    import numpy as np
+    for tensor_name, array in named.items():
         writer.add_tensor(tensor_name, array if array.ndim == 1 else array.astype(np.float16))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return describe(shape, seed)
 
 
 def describe(shape, seed):

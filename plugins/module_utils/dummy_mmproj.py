@@ -151,12 +151,7 @@ def write(path, seed=0, text_layers=2, text_context=8192, image_size=IMAGE_SIZE,
     if shape["pinpoints"]:
         writer.add_array("clip.vision.image_grid_pinpoints", shape["pinpoints"])
         writer.add_string("clip.vision.mm_patch_merge_type", "spatial_unpad")
-    for tensor_name, array in tensors(shape, seed).items():
-        writer.add_tensor(tensor_name, array if array.ndim == 1 else array.astype(np.float16))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    dummy_gguf.write_tensors(writer, tensors(shape, seed))
     return describe(shape, seed)
 
 
