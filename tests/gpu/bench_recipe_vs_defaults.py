@@ -18,7 +18,9 @@ against the same server at SIDE concurrencies, so the two can be put side by sid
 Environment: REPEATS (3), REPLY (256), CONCURRENCY (1,4,16,40,64), KINDS (prose,structured,code),
 SIDE (1,16,64; empty: none), BUDGET_S (540: no new measurement starts after this many seconds from the
 script's start; what is left out is listed), DROP (bisection: flags, comma-separated, taken out of the
-rendered recipe command with their values), VERIFY (1: verify after bench in recipe-mtp).
+rendered recipe command with their values), VERIFY (1: verify after bench in recipe-mtp), NAME (the
+run's name in its files; default MODE, with the dropped flags), PREFILL
+(2048,8192,32768: the cold prompt sizes; empty: none), REUSE (1; 0: no prompt-reuse row).
 
 The recipe runs first put the rendered command through vLLM's own argument parser. The defaults run
 first measures the GPU's copy bandwidth (PyTorch, device to device) for the memory-bandwidth bound.
@@ -56,7 +58,7 @@ def env_list(name, default, cast=str):
 
 BENCH = {"concurrency": env_list("CONCURRENCY", "1,4,16,40,64", int),
          "kinds": env_list("KINDS", "prose,structured,code"), "reply_tokens": int(os.environ.get("REPLY", "256")),
-         "ignore_eos": True, "prefill_sizes": [2048, 8192, 32768], "prefill_reply_tokens": 8,
+         "ignore_eos": True, "prefill_sizes": env_list("PREFILL", "2048,8192,32768", int), "prefill_reply_tokens": 8,
          "reuse_tokens": 32768, "reuse_turns": 5, "repeats": int(os.environ.get("REPEATS", "3")), "warmup": True}
 SIDE = env_list("SIDE", "1,16,64", int)
 BUDGET_S = float(os.environ.get("BUDGET_S", "540"))
@@ -288,6 +290,16 @@ def measure(out, name, client, key):
             log("decode %s x%d: %s tok/s %s, warm-up %s"
                 % (kind, n, row["aggregate_tok_s"], row["range"]["aggregate_tok_s"], row["warmup"]["aggregate_tok_s"]))
             save(out, name)
+    if "structured" in BENCH["kinds"] and left() > 20:
+        # What a structured reply held (untimed): whether the grammar applied from its first token (a JSON object
+        # in content) or the reply went to the reasoning field (a reasoning parser that saw no end of thinking).
+        from ansible_collections.gpuserve.llm.plugins.module_utils import prompts
+        s = b._stream([{"role": "user", "content": prompts.decode_prompt("structured", 10 ** 6)}], 64,
+                      response_format={"type": "json_schema", "json_schema": {
+                          "name": "article", "schema": prompts.ARTICLE_SCHEMA}})
+        out["structured_sample"] = {"content": s["text"][:400], "reasoning": s["reasoning"][:400],
+                                    "finish_reason": s["finish_reason"], "chunks": s["chunks"], "usage": s["usage"]}
+        log("structured sample: %s" % json.dumps(out["structured_sample"])[:600])
     prose = [r for r in res["decode"] if r["kind"] == "prose" and r.get("mean_prompt_tokens")]
     input_len = int(round(prose[0]["mean_prompt_tokens"])) if prose else 64
     out["vllm_bench"] = []
@@ -309,7 +321,9 @@ def measure(out, name, client, key):
             continue
         res["prefill"].append(b.prefill(size))
         save(out, name)
-    if left() > 30:
+    if os.environ.get("REUSE", "1") != "1":
+        pass
+    elif left() > 30:
         res["reuse"] = b.reuse()
         save(out, name)
     else:
@@ -336,7 +350,7 @@ def run(mode):
         config, written = make_designed_folder()
     else:
         config, written = make_folder(), None
-    name = mode + ("-drop-" + "-".join(f.lstrip("-") for f in DROP) if DROP else "")
+    name = os.environ.get("NAME") or mode + ("-drop-" + "-".join(f.lstrip("-") for f in DROP) if DROP else "")
     out = {"mode": mode, "name": name, "layers": config["num_hidden_layers"], "dropped": DROP,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "active": bound.config_bytes(config), "written": written}

@@ -12,9 +12,10 @@
 #   sglang     sglang/      SGLang's wheel (the engine profile's version) and the packages its
 #                           server_args imports that the machine lacks or has at another version
 #   vllm       vllm/        vLLM 0.26.0 and the packages it lacks there, installed into site/ and
-#                           packed as vllm-part-NN (<= 60 MiB each, a call carries 64 MiB) + SHA256SUMS;
+#                           packed as vllm-part-NN (<= 40 MiB each: a call carries 64 MiB, the checkout's
+#                           own ~4 MB included) + SHA256SUMS;
 #                           on the machine: bash tests/gpu/unpack_vllm.sh CARRY_DIR/vllm
-#   tune       tune/        for tune_moe_reduced.py, beside vllm: Ray 2.60.0's wheel as ray-part-NN (79 MB)
+#   tune       tune/        for tune_moe_reduced.py, beside vllm: Ray 2.60.0's wheel as ray-part-NN (79 MB, <= 40 MiB each)
 #                           and benchmark_moe.py, given as BENCHMARK_MOE_PY (vLLM 0.26.0's
 #                           benchmarks/kernels/benchmark_moe.py, from its source tree or sdist, as the
 #                           autotune stage takes it: its serving wheel and image lack it)
@@ -106,7 +107,7 @@ vllm() {
   rm -f "$work"/site/mistral_common/data/*
   find "$work/site" -name "*.so" -size +1M -exec strip --strip-unneeded {} \;
   mkdir -p "$CARRY/vllm"
-  tar -C "$work" -cf - site | xz -9e -T2 | split -b 60M -d -a 2 - "$CARRY/vllm/vllm-part-"
+  tar -C "$work" -cf - site | xz -9e -T2 | split -b 40M -d -a 2 - "$CARRY/vllm/vllm-part-"
   (cd "$CARRY/vllm" && sha256sum vllm-part-* > SHA256SUMS)
   rm -rf "$work"
 }
@@ -117,7 +118,7 @@ tune() {
   [[ -f $benchmark ]] || { echo "carry.sh tune: set BENCHMARK_MOE_PY to vLLM 0.26.0's benchmark_moe.py" >&2; exit 2; }
   rm -rf "$CARRY/tune.tmp"
   download "$CARRY/tune.tmp" ray==2.60.0
-  (cd "$CARRY/tune.tmp" && basename ray-*.whl > ray-wheel-name && split -b 60M -d -a 2 ray-*.whl ray-part- &&
+  (cd "$CARRY/tune.tmp" && basename ray-*.whl > ray-wheel-name && split -b 40M -d -a 2 ray-*.whl ray-part- &&
     rm ray-*.whl && cp "$benchmark" benchmark_moe.py && sha256sum ray-part-* ray-wheel-name benchmark_moe.py > SHA256SUMS)
   mv "$CARRY/tune.tmp" "$CARRY/tune"
 }
