@@ -13,8 +13,9 @@ checks and an image TTFT bench.
 What it needs there: tests/gpu/RESULTS.md, "Carrying what the scripts need" (tests/gpu/carry.sh vllm).
 How it ran (no Docker there; the processes run directly): vLLM 0.26.0 unpacked at /root/vllm/site from that
 bundle (xz parts; a device call carries at most 64 MiB with the checkout, so each part travels in a call
-of its own and is stashed under /root/stash, back to back, before the machine goes back, and unpack.sh joins
-them: the calls below are as run on 2026-12-01 with two 60 MiB parts; carry.sh now makes parts of <= 40 MiB). This repo travels as a copy beside the part, in the
+of its own and is stashed under /root/stash, back to back, before the machine goes back, and unpack.sh
+joins them: the calls below are as run on 2026-12-01 with two 60 MiB parts; carry.sh now makes parts of
+<= 40 MiB). This repo travels as a copy beside the part, in the
 checkout's ignored .gpucarry/ (device run, carry [".gpucarry"]):
 
     call 1: mkdir -p /root/stash && cp .gpucarry/vllm-part-00 .gpucarry/SHA256SUMS /root/stash/ &&
