@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How the fleet scales (issue 24 item 3): a no-op rerun of site.yml on 1, 4 and 8 SSH hosts.
 
 A BENCHMARK, not a test: tests/run.sh does not run it, and it asserts only what makes its figures
@@ -72,7 +71,7 @@ def reap():
     """Reap every child that has ended (the SSH masters reparented to this process among them)."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid = os.waitpid(-1, os.WNOHANG)[0]
         except ChildProcessError:
             return
         if pid == 0:
@@ -216,7 +215,7 @@ def check_recap(output, names, what):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     ap.add_argument("--sizes", default="1,4,8", help="fleet sizes, comma-separated (default 1,4,8)")
     ap.add_argument("--forks", type=int, default=8, help="ansible-playbook -f (default 8; at least the largest size)")
     ap.add_argument("--repeats", type=int, default=2, help="timed reruns per size (the table takes the lowest CPU)")
