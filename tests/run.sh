@@ -202,17 +202,17 @@ start_testbed() {  # the test bed's own Docker daemon, stopped when this script 
 # the tarball) is made here, before the inputs key, rather than by the first test that needs it: the
 # key names the roots, and a root written after the key was computed made the second run after a
 # clone rerun every check. The image role's own defaults give the packages, suite and mirror.
-llamacpp_roots() {  # the roots the tests' image stage can take (it takes the newest)
-  (cd "$GPUSERVE_TEST_IMAGE_CACHE" 2>/dev/null && ls llama.cpp-*.tar 2>/dev/null) || true
+llamacpp_roots() {  # the roots the tests' image and router stages can take (each takes its newest)
+  (cd "$GPUSERVE_TEST_IMAGE_CACHE" 2>/dev/null && ls llama.cpp-*.tar vllm-router-root-*.tar 2>/dev/null) || true
 }
 
-llamacpp_root() {
+debian_root() {  # debian_root NAME VERSION_OF PACKAGES_VARIABLE DEFAULTS_FILE: made unless one is kept
   local roots
-  roots=$(llamacpp_roots)
+  roots=$(cd "$GPUSERVE_TEST_IMAGE_CACHE" 2>/dev/null && ls "$1"-*.tar 2>/dev/null) || true
   [[ -z $roots ]] || { echo "kept in $GPUSERVE_TEST_IMAGE_CACHE: $roots"; return 0; }
   .venv/bin/ansible localhost -c local -i localhost, -e "ansible_python_interpreter=$PWD/.venv/bin/python" \
-    -e @roles/image/defaults/main.yml -m gpuserve.llm.debian_rootfs -a '{"name": "llama.cpp",
-      "version_of": "llama.cpp-tools", "packages": "{{ image_debian_packages }}", "suite": "{{ image_debian_suite }}",
+    -e @roles/image/defaults/main.yml -e "@$4" -m gpuserve.llm.debian_rootfs -a '{"name": "'"$1"'",
+      "version_of": "'"$2"'", "packages": "{{ '"$3"' }}", "suite": "{{ image_debian_suite }}",
       "mirror": "{{ image_debian_mirror }}", "cache_dir": "'"$GPUSERVE_TEST_IMAGE_CACHE"'"}'
 }
 
@@ -246,7 +246,10 @@ GPUSERVE_TESTHOST_IMAGE=$(cat "$TESTHOST_TAG")
 export GPUSERVE_TESTHOST_IMAGE
 rm -f "$TESTHOST_TAG"
 phase "test wheelhouse (requirements-host.txt + NVML double)" tests/testbed/wheelhouse.sh .venv/bin/python
-phase "llama.cpp root (debootstrap from Debian's packages, kept by version)" llamacpp_root
+together "llama.cpp root (debootstrap from Debian's packages, kept by version)" \
+    debian_root llama.cpp llama.cpp-tools image_debian_packages roles/image/defaults/main.yml \
+  -- "router root (debootstrap: python3, nginx; kept by version)" \
+    debian_root vllm-router-root nginx router_debian_packages roles/router/defaults/main.yml
 inputs_key
 
 check_phase "yamllint" .venv/bin/yamllint -s .

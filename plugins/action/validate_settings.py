@@ -41,7 +41,7 @@ class ActionModule(ActionBase):
                 # A setting built from another that is missing: name it, never its text (it may hold a secret).
                 unresolved.append(finding("E_CONFIG", name, "%s could not be resolved: %s" % (
                     name, type(e).__name__ if name in specs.secret() else str(e).splitlines()[0]), variable=name))
-        findings, values = validate(given, specs.options, specs.internal)
+        findings, values = validate(given, specs.options, specs.internal, (task_vars or {}).get("group_names", ()))
         findings = unresolved + findings
         result.update(changed=False, findings=findings, errors=len([f for f in findings if f["severity"] == "error"]),
                       settings=values, display=display(values, specs.options))

@@ -37,6 +37,16 @@ def engine_command(settings, paths=None, facts=None):
         raise AnsibleFilterError("rendering the %s command failed: %s" % (settings.get("llm_engine"), e))
 
 
+def router_command(settings, workers=()):
+    """vllm-router's argv from the router_ settings (templates/vllm-router.j2) and the worker URLs."""
+    with open(os.path.join(COLLECTION, "templates", "vllm-router.j2")) as f:
+        template = f.read()
+    try:
+        return engines.render(template, dict(settings, workers=list(workers)), {})["argv"]
+    except Exception as e:
+        raise AnsibleFilterError("rendering the router's command failed: %s" % e)
+
+
 def undrafted_argv(argv, engine, port=None):
     if engine not in engines.DRAFTER_FLAGS:
         raise AnsibleFilterError("no engine profile %r; known: %s" % (engine, ", ".join(sorted(engines.PROFILES))))
@@ -47,6 +57,13 @@ def engine_url(port, host="0.0.0.0"):
     """How a process on the host reaches the engine (a wildcard bind answers on loopback)."""
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else ("[%s]" % host if ":" in host else host)
     return "http://%s:%s" % (host, port)
+
+
+def fleet_url(port, host="0.0.0.0", address=""):
+    """How another host (a router) reaches an engine: a wildcard bind is reached at the host's address."""
+    if host in ("0.0.0.0", "::", ""):
+        host = address or "127.0.0.1"
+    return "http://%s:%s" % ("[%s]" % host if ":" in host else host, port)
 
 
 def patch_series(directory):
@@ -78,4 +95,5 @@ def patch_series(directory):
 class FilterModule(object):
     def filters(self):
         return {"engine_command": engine_command, "engine_profile": engine_profile, "patch_series": patch_series,
-                "undrafted_argv": undrafted_argv, "engine_url": engine_url}
+                "undrafted_argv": undrafted_argv, "engine_url": engine_url, "router_command": router_command,
+                "fleet_url": fleet_url}

@@ -150,6 +150,13 @@ CODES = {
     "E_BENCH": (
         ERROR, "a bench measurement's requests failed",
         "Read the error shown and the engine log (docker logs on the host); lower bench_concurrency or the prompt sizes."),
+    "E_ROUTER": (
+        ERROR, "the fleet router (llm_routers) did not start, answer, take a worker or pass its health gate",
+        "Read the router's log on the router host (docker logs gpuserve-router, gpuserve-router-front); check that "
+        "router_port, router_admin_port and router_metrics_port are free there and that the engines answer from it."),
+    "W_DRAIN_TIMEOUT": (
+        WARNING, "an engine taken out of the router still ran requests after router_drain_timeout; it was stopped",
+        "The requests still running were cut; raise router_drain_timeout to let long streams end."),
     "W_AUTOTUNE_SKIPPED": (
         WARNING, "a tune is due but the engine is serving on the host; the new setup starts untuned",
         "Stop the service (playbooks/stop.yml) in a quiet hour and rerun with --tags autotune, then --tags service."),

@@ -26,6 +26,7 @@ PROFILES = {
         "gpu": True,
         "health": {"path": "/health", "status": 200},
         "pool": {"path": "/metrics", "parser": "vllm_metrics"},
+        "running": {"path": "/metrics", "metric": "vllm:num_requests_running"},
     },
     "sglang": {
         "version": "0.5.5",
@@ -34,6 +35,7 @@ PROFILES = {
         "gpu": True,
         "health": {"path": "/health", "status": 200},
         "pool": {"path": "/get_server_info", "parser": "sglang_server_info"},
+        "running": {"path": "/metrics", "metric": "sglang:num_running_reqs"},
     },
     "llamacpp": {
         "version": "Debian llama.cpp-tools",
@@ -42,6 +44,8 @@ PROFILES = {
         "gpu": False,
         "health": {"path": "/health", "status": 200},
         "pool": {"path": "/slots", "parser": "llamacpp_slots"},
+        # Each slot says whether it is processing a request (/slots is on by default in 0.7.0).
+        "running": {"path": "/slots", "slots": True},
         # What verify's video_input reports instead of running (libmtmd decodes video by running ffmpeg).
         "no_video": "llama.cpp 0.7.0 decodes video with ffmpeg and ffprobe, which the engine image does not have: "
                     "images only",
@@ -226,4 +230,17 @@ def pool_figures(parser, text):
             return pool_sglang_server_info(body)
         return pool_llamacpp_slots(body)
     except (ValueError, KeyError, TypeError):
+        return None
+
+
+def running_requests(engine, text):
+    """How many requests the engine is running, from the text of PROFILES[engine]["running"]["path"];
+    None when the text does not say."""
+    running = PROFILES[engine]["running"]
+    try:
+        if running.get("slots"):
+            return sum(1 for s in json.loads(text) if s.get("is_processing"))
+        samples = _prom_samples(text, running["metric"])
+        return int(sum(v for _labels, v in samples)) if samples else None
+    except (ValueError, TypeError, AttributeError):
         return None

@@ -42,6 +42,9 @@ RANGES = {
     "preflight_expected_power_w": (1, None),
     "weights_rsync_port": (1, 65535),
     "verify_undrafted_port": (1, 65535),
+    "router_port": (1, 65535),
+    "router_admin_port": (1, 65535),
+    "router_metrics_port": (1, 65535),
     "weights_workers": (1, 256),
     "weights_dummy_layers": (0, 1024),
     "autotune_llamacpp_n_prompt": (1, None),
@@ -57,6 +60,7 @@ RANGES = {
     "verify_burst_size": (1, None),
     "service_smoke_max_tokens": (1, None),
     "service_health_interval": (0.1, 3600),
+    "router_drain_interval": (0.1, 60),
     "service_warm_reply_tokens": (1, None),
     "service_warm_prompt_tokens": (0, None),
 }
@@ -86,9 +90,11 @@ FORMS = {
     "host_docker_data_root": (r"^(/.*)?$", "an absolute path, or empty"),
     "host_docker_version": (r"^\d+\.\d+\.\d+$", "Docker's upstream version such as 29.7.1"),
     "host_nvidia_toolkit_version": (r"^\d+\.\d+\.\d+(~rc\.\d+)?-\d+$", "a package version such as 1.18.2-1"),
+    "router_wheel_sha256": (r"^[0-9a-f]{64}$", "a sha256 (64 hex digits)"),
 }
-URL_SETTINGS = ("host_venv_index_url", "weights_hf_endpoint", "verify_undrafted_url", "host_apt_mirror", "host_proxy")
-ADDRESS_SETTINGS = ("llm_host", "weights_rsync_bind")
+URL_SETTINGS = ("host_venv_index_url", "weights_hf_endpoint", "verify_undrafted_url", "host_apt_mirror", "host_proxy",
+                "router_wheel_url")
+ADDRESS_SETTINGS = ("llm_host", "weights_rsync_bind", "router_bind", "router_metrics_host")
 SERIAL = re.compile(r"^([1-9]\d*|([1-9]\d?|100)%)$")
 
 
@@ -314,12 +320,34 @@ def _check_forms(values, findings, secret=()):
             values.pop("service_serial")
 
 
-def validate(settings, options, internal=()):
+ROUTER_PORTS = ("router_port", "router_admin_port", "router_metrics_port")
+
+
+def _check_router_ports(values, options, groups, findings):
+    """A router host's three ports differ, and none is its own engine's (a host of llm_hosts too)."""
+    if "llm_routers" not in groups:
+        return
+    ports = dict((n, values.get(n, options.get(n, {}).get("default"))) for n in ROUTER_PORTS)
+    if None in ports.values():
+        return
+    if len(set(ports.values())) < len(ports):
+        findings.append(finding("E_CONFIG", "router_port", "router_port, router_admin_port and router_metrics_port "
+                                "are %s: a router host needs three different ports" % ", ".join(
+                                    str(ports[n]) for n in ROUTER_PORTS), variable="router_port"))
+    engine = values.get("llm_port", options.get("llm_port", {}).get("default"))
+    if "llm_hosts" in groups and engine in ports.values():
+        name = [n for n in ROUTER_PORTS if ports[n] == engine][0]
+        findings.append(finding("E_CONFIG", name, "this host is a router (llm_routers) and a worker (llm_hosts) on the "
+                                "same port: %s and llm_port are both %s; give the router another port" % (name, engine),
+                                variable=name, value=engine))
+
+
+def validate(settings, options, internal=(), groups=()):
     """Validate the settings given as {name: value} (templated values).
 
     `options`: the documented options by name (Specs.options); `internal`: names the roles keep for
-    themselves. Returns (findings, values): values holds every setting that passed, typed as the
-    spec says; a setting that failed is left out of it.
+    themselves; `groups`: the host's inventory groups (the router's rules). Returns (findings, values):
+    values holds every setting that passed, typed as the spec says; a setting that failed is left out of it.
     """
     findings = []
     secret = set(n for n, o in options.items() if o.get("no_log"))
@@ -399,5 +427,6 @@ def validate(settings, options, internal=()):
         if name in values and applies(values):
             findings.append(finding("E_UNSUPPORTED", name, "%s is %r on %s: %s; %s" % (
                 name, values[name], engine, why, alternative), variable=name, engine=engine))
+    _check_router_ports(values, options, groups, findings)
 
     return findings, values

@@ -160,10 +160,12 @@ def bare_hosts(docker_host, tmp_path_factory):
         for name in names.values():
             write_in(docker_host, name, "cat > /etc/nvml-replay.json", scenario)
         good, bad = names["good"], names["badjson"]
-        docker(docker_host, "exec", good, "sh", "-c", CGROUPS_RW)
-        write_in(docker_host, good, "dpkg-divert --quiet --local --rename --divert /etc/init.d/docker.distrib --add "
-                 "/etc/init.d/docker && mkdir -p /etc/init.d /etc/docker && cat > /etc/init.d/docker && "
-                 "chmod 755 /etc/init.d/docker", INIT_SCRIPT)
+        # Each host can run its own Docker daemon: the two refused here are mended and brought up by the fleet test.
+        for name in names.values():
+            docker(docker_host, "exec", name, "sh", "-c", CGROUPS_RW)
+            write_in(docker_host, name, "dpkg-divert --quiet --local --rename --divert /etc/init.d/docker.distrib "
+                     "--add /etc/init.d/docker && mkdir -p /etc/init.d /etc/docker && cat > /etc/init.d/docker && "
+                     "chmod 755 /etc/init.d/docker", INIT_SCRIPT)
         write_in(docker_host, good, "cat > /etc/docker/daemon.json", json.dumps(FOREIGN_JSON))
         write_in(docker_host, bad, "mkdir -p /etc/docker && cat > /etc/docker/daemon.json", BROKEN_JSON)
         hosts.short = names
@@ -190,8 +192,10 @@ def host_state(docker_host, host):
 class HostFleet(object):
     """The inventory (the hosts over SSH) and ansible-playbook runs."""
 
-    def __init__(self, workdir, docker_host, hosts, mirror, fpr, users=None):
-        """`users`: {container: the user to connect as} (default deploy, with become)."""
+    def __init__(self, workdir, docker_host, hosts, mirror, fpr, users=None, each=None, groups=None, **settings):
+        """`users`: {container: the user to connect as} (default deploy, with become); `each`: {container:
+        its own variables} (then badkey keeps the right fingerprint); `groups`: more inventory groups;
+        `settings`: variables of every host."""
         self.workdir, self.docker_host, self.hosts = workdir, docker_host, hosts
         common = dict(
             host_apt_mirror=mirror, host_nvidia_key_fingerprint=fpr,
@@ -205,20 +209,24 @@ class HostFleet(object):
             preflight_min_free_mib=1000, preflight_disk_checkpoint_gib=1, preflight_disk_image_gib=1,
             preflight_disk_kernels_gib=1, service_ulimits=[], autotune_llamacpp=False,
             image_debian_cache=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(workdir / "images")))
+        common.update(settings)
         users = users or dict((name, "deploy") for name in hosts.names)
         inventory = {}
         for name, user in users.items():
             inventory[name] = dict(common, **hosts.inventory_vars(name, user=user))
-        if hosts.short["badkey"] in inventory:
+            inventory[name].update((each or {}).get(name, {}))
+        if hosts.short["badkey"] in inventory and each is None:
             inventory[hosts.short["badkey"]]["host_nvidia_key_fingerprint"] = OTHER_FPR
-        (workdir / "hosts.yml").write_text(yaml.safe_dump({"llm_hosts": {"hosts": inventory}}))
+        tree = {"llm_hosts": {"hosts": inventory}}
+        tree.update(groups or {})
+        (workdir / "hosts.yml").write_text(yaml.safe_dump(tree))
 
-    def run(self, *args):
+    def run(self, *args, playbook="site.yml"):
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                    ANSIBLE_FORCE_COLOR="0", ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_PYTHON_INTERPRETER=sys.executable,
                    DOCKER_HOST=self.docker_host, **self.hosts.env())
         env.pop("NVML_REPLAY_SCENARIO", None)
-        argv = [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, "site.yml"), "-i",
+        argv = [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, playbook), "-i",
                 str(self.workdir / "hosts.yml")] + list(args)
         proc = subprocess.run(argv, cwd=str(self.workdir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=900, check=False)
@@ -318,3 +326,152 @@ def test_bare_hosts_check_then_live_then_rerun_then_a_refused_data_root_move(bar
         ["true", "true"]
     print("host stage test: --check %.0f s, first run %.0f s, rerun and refusal %.0f s, in all %.0f s" % (
         check_s, first_s, time.monotonic() - started - check_s - first_s, time.monotonic() - started))
+
+
+ROUTER_PORT, ROUTER_ADMIN, ROUTER_METRICS = 18250, 18251, 18252
+ENGINE_PORTS = {"good": PORT, "badjson": PORT + 2, "badkey": PORT + 4}
+FLEET_KEY = "sk-fleet-%d-throwaway" % os.getpid()
+
+
+def call(method, url, key=None, body=None, timeout=30):
+    """(status, text) of one request; (None, the error) when nothing answers."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    request = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
+                                     headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError as e:
+        return None, str(e)
+
+
+def router_workers():
+    """The router's workers, read on its own listener (the plays' way: on the router host's loopback)."""
+    status, text = call("GET", "http://127.0.0.1:%d/list_workers" % ROUTER_ADMIN)
+    return sorted(json.loads(text)["urls"]) if status == 200 else None
+
+
+def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, docker_host, tmp_path):
+    """The three hosts over SSH, each with its own Docker daemon, behind one router (vllm-router behind an
+    nginx front, on `good`): the two refused above mended, site.yml brings all three LIVE and the fleet
+    endpoint LIVE (3 of 3); requests through it reach every host and the client's key reaches the engines;
+    the router's admin paths are refused on the public port; a host stopped leaves the router first and the
+    router serves on; a rerun changes nothing and --check changes nothing; a roll under load fails no
+    request with the drain and fails some without it (the control); cache_aware keeps a conversation on one
+    host where round_robin spreads it; stop.yml on every host takes the router down too."""
+    started = time.monotonic()
+    mirror, fpr = apt_repo
+    short = bare_hosts.short
+    good, badjson, badkey = short["good"], short["badjson"], short["badkey"]
+    sh(docker_host, good, "docker rm -f foreign-job >/dev/null 2>&1; true")  # the refusal test's container
+    write_in(docker_host, badjson, "cat > /etc/docker/daemon.json", json.dumps(FOREIGN_JSON))  # the admin mends it
+    engines = dict((short[k], "http://127.0.0.1:%d" % p) for k, p in ENGINE_PORTS.items())
+    fleet = HostFleet(
+        tmp_path, docker_host, bare_hosts, mirror, fpr,
+        each=dict((short[k], {"llm_port": p}) for k, p in ENGINE_PORTS.items()),
+        groups={"llm_routers": {"hosts": {good: None}}},
+        llm_api_key=FLEET_KEY, router_port=ROUTER_PORT, router_admin_port=ROUTER_ADMIN,
+        router_metrics_port=ROUTER_METRICS, router_policy="round_robin", router_health_check_interval_secs=2,
+        router_cache_dir=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(tmp_path / "images")),
+        service_warm_concurrency=[], service_warm_prompt_tokens=0, llm_max_tokens=2048)
+    front = "http://127.0.0.1:%d" % ROUTER_PORT
+
+    def chat(key=FLEET_KEY, tokens=8):
+        return call("POST", front + "/v1/chat/completions", key,
+                    {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": tokens})
+
+    live = fleet.run()
+    assert live.rc == 0, live
+    for name in (good, badjson, badkey):
+        assert live.says("gpuserve/tiny-llama-dummy is now LIVE! on port %d (dummy weights)" % (
+            int(engines[name].rsplit(":", 1)[1]))), (name, live)
+        assert json.loads(sh(docker_host, name, "docker info --format '{{json .LiveRestoreEnabled}}'").stdout) is True
+    assert live.says("fleet endpoint http://127.0.0.1:%d/v1 is now LIVE (3 of 3 hosts)" % ROUTER_PORT), live
+    assert router_workers() == sorted(engines.values())
+    live_s = time.monotonic() - started
+
+    # Through the router: every host serves (round_robin), the client's key is what the engines check.
+    before = dict((n, _served(u)) for n, u in engines.items())
+    assert [chat()[0] for _ in range(6)] == [200] * 6
+    assert all(_served(u) > before[n] for n, u in engines.items()), (before, engines)
+    assert chat(key=None)[0] == 401 and chat(key="sk-wrong")[0] == 401
+
+    # The admin endpoints are not reachable on the public port: a client's remove is refused.
+    refused = call("POST", front + "/remove_worker?url=" + urllib.parse.quote(engines[badkey], safe=""))
+    assert refused[0] == 403 and "only /v1/* and /health" in refused[1], refused
+    assert call("GET", front + "/list_workers")[0] == 403
+    assert router_workers() == sorted(engines.values())
+    assert call("GET", front + "/health")[0] == 200
+
+    targets = json.loads((tmp_path / "reports" / "prometheus-targets.json").read_text())
+    assert sorted(targets[0]["targets"]) == sorted(u[len("http://"):] for u in engines.values()), targets
+    assert targets[1]["targets"] == ["127.0.0.1:%d" % ROUTER_METRICS], targets
+    assert "vllm_router_" in call("GET", "http://127.0.0.1:%d/metrics" % ROUTER_METRICS)[1]
+
+    # A rerun changes nothing on any host; --check says nothing would change.
+    again = fleet.run()
+    assert again.rc == 0 and all(again.recap[h]["changed"] == 0 for h in engines), again
+    check = fleet.run("--check")
+    assert check.rc == 0 and all(check.recap[h]["changed"] == 0 for h in engines), check
+    rerun_s = time.monotonic() - started - live_s
+
+    # One host stopped: out of the router before its engine stops; the router serves on with the others.
+    stopped = fleet.run("--limit", badkey, playbook="playbooks/stop.yml")
+    assert stopped.rc == 0, stopped
+    assert stopped.says("drained: 0 request(s) running when it left the router") or stopped.says("drained: "), stopped
+    assert router_workers() == sorted(u for n, u in engines.items() if n != badkey)
+    assert [chat()[0] for _ in range(4)] == [200] * 4
+    assert call("GET", engines[badkey] + "/health")[0] is None  # its engine is down
+    back = fleet.run("--limit", "%s,%s" % (badkey, good))
+    assert back.rc == 0 and back.says("is now LIVE (3 of 3 hosts)"), back
+    assert router_workers() == sorted(engines.values())
+
+    # Routing by mechanism: the same multi-turn workload under round_robin, then cache_aware.
+    from fleet_client import StreamLoad, multiturn, one_host_per_conversation, share
+    keys = dict(api_key=FLEET_KEY, model="tiny", conversations=4, turns=3)
+    spread = multiturn(front, list(engines.values()), **keys)
+    policy = fleet.run("--tags", "router", "-e", "router_policy=cache_aware")
+    assert policy.rc == 0 and policy.recap[good]["changed"] > 0, policy
+    kept = multiturn(front, list(engines.values()), **keys)
+    assert one_host_per_conversation(kept), kept
+    assert not one_host_per_conversation(spread), spread
+    assert share(kept) > share(spread), (kept, spread)
+    print("turns 2+ under round_robin: %s, cached %.0f%%; under cache_aware: %s, cached %.0f%%" % (
+        spread["served"], 100 * share(spread), kept["served"], 100 * share(kept)))
+
+    # A roll under load: a changed setting (the context) makes new containers, one host at a time.
+    with StreamLoad(front, FLEET_KEY, "tiny", concurrency=3, max_tokens=1500) as load:
+        time.sleep(2)
+        roll = fleet.run("-e", "llm_context=3072", "-e", "router_policy=cache_aware")
+        time.sleep(2)
+    drained = load.counts()
+    assert roll.rc == 0 and roll.says("is now LIVE (3 of 3 hosts)"), roll
+    assert roll.says("drained: "), roll
+    with StreamLoad(front, FLEET_KEY, "tiny", concurrency=3, max_tokens=1500) as load:
+        time.sleep(2)
+        control = fleet.run("-e", "router_drain=false", "-e", "router_policy=cache_aware")
+        time.sleep(2)
+    undrained = load.counts()
+    assert control.rc == 0, control
+    print("roll with the drain: %s; without (control): %s" % (drained, undrained))
+    assert drained["failed"] == 0 and drained["completed"] > 0, drained
+    assert undrained["failed"] > 0, undrained
+    roll_s = time.monotonic() - started - live_s - rerun_s
+
+    # stop.yml on every host: the engines leave the router, then the router and its front stop.
+    down = fleet.run("-e", "router_policy=cache_aware", playbook="playbooks/stop.yml")
+    assert down.rc == 0 and down.says("the fleet endpoint is down"), down
+    assert call("GET", front + "/health")[0] is None
+    print("fleet test: LIVE %.0f s, rerun and check %.0f s, rolls %.0f s, in all %.0f s" % (
+        live_s, rerun_s, roll_s, time.monotonic() - started))
+
+
+def _served(url):
+    """How many requests the engine has answered (llama-server's /metrics, with the key)."""
+    status, text = call("GET", url + "/metrics", FLEET_KEY)
+    assert status == 200, (url, status, text[:200])
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("llamacpp:n_decode_total"))

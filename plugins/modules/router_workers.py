@@ -1,0 +1,209 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: router_workers
+short_description: The workers of a vllm-router, through its admin endpoints on the router host
+version_added: "0.1.0"
+description:
+  - Reads C(GET /list_workers), then adds (C(POST /add_worker?url=)) the O(present) workers it lacks and removes
+    (C(POST /remove_worker?url=)) the O(absent) ones it has, and with O(exact) every worker not in O(present).
+    C(/add_worker) answers once the worker is healthy (the router's startup timeout).
+  - Runs on the router host: the admin endpoints listen on 127.0.0.1 there and have no authentication.
+  - Then reads C(GET /readiness) (healthy and total workers); O(wait_healthy) waits until every worker is healthy.
+author:
+  - gpuserve.llm contributors (@gpuserve)
+extends_documentation_fragment:
+  - gpuserve.llm.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads the list and says what it would add or remove; sends no change.
+  diff_mode:
+    support: full
+options:
+  url:
+    description: The router's own listener, as the router host reaches it (C(http://127.0.0.1:PORT)).
+    type: str
+    required: true
+  present:
+    description: Engine URLs (C(http://host:port)) the router must have.
+    type: list
+    elements: str
+    default: []
+  absent:
+    description: Engine URLs the router must not have.
+    type: list
+    elements: str
+    default: []
+  exact:
+    description: Remove every worker not in O(present) too.
+    type: bool
+    default: false
+  missing_ok:
+    description: When nothing answers at O(url) (no router yet), report that and change nothing instead of failing.
+    type: bool
+    default: false
+  wait_healthy:
+    description: Seconds to wait for every worker to be healthy (C(/readiness)); 0 for no wait.
+    type: int
+    default: 0
+  timeout:
+    description: Seconds for each request (an add waits for the worker's health inside the router).
+    type: int
+    default: 180
+"""
+
+EXAMPLES = r"""
+- name: The LIVE hosts are the router's workers
+  gpuserve.llm.router_workers:
+    url: http://127.0.0.1:8001
+    present: [http://10.0.0.5:8020, http://10.0.0.6:8020]
+    exact: true
+    wait_healthy: 60
+
+- name: Take this host out before its engine stops
+  gpuserve.llm.router_workers:
+    url: http://127.0.0.1:8001
+    absent: [http://10.0.0.6:8020]
+    missing_ok: true
+"""
+
+RETURN = r"""
+workers:
+  description: The router's workers after the change (sorted).
+  returned: always
+  type: list
+  elements: str
+added:
+  description: Workers added (or that would be, in check mode).
+  returned: always
+  type: list
+  elements: str
+removed:
+  description: Workers removed (or that would be).
+  returned: always
+  type: list
+  elements: str
+answered:
+  description: Whether a router answered at O(url).
+  returned: always
+  type: bool
+healthy_workers:
+  description: Healthy workers by the router's /readiness.
+  returned: when a router answered
+  type: int
+total_workers:
+  description: Workers by the router's /readiness.
+  returned: when a router answered
+  type: int
+"""
+
+import json
+import socket
+import time
+
+import http.client as http_client
+
+from urllib.parse import quote, urlsplit
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+class RouterError(Exception):
+    pass
+
+
+def request(url, method, path, timeout):
+    """(status, text) of one request to the router; RouterError when nothing answers."""
+    parts = urlsplit(url)
+    conn = http_client.HTTPConnection(parts.netloc, timeout=timeout)
+    try:
+        conn.request(method, parts.path.rstrip("/") + path)
+        response = conn.getresponse()
+        return response.status, response.read().decode("utf-8", "replace")
+    except (socket.error, OSError, http_client.HTTPException) as e:
+        raise RouterError("%s%s did not answer: %s" % (url, path, e))
+    finally:
+        conn.close()
+
+
+def listed(url, timeout):
+    status, text = request(url, "GET", "/list_workers", timeout)
+    if status != 200:
+        raise RouterError("%s/list_workers answered HTTP %s: %s" % (url, status, text[:300]))
+    return sorted(json.loads(text).get("urls") or [])
+
+
+def readiness(url, timeout):
+    _status, text = request(url, "GET", "/readiness", timeout)
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = {}
+    return int(body.get("healthy_workers", 0)), int(body.get("total_workers", 0))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            present=dict(type="list", elements="str", default=[]),
+            absent=dict(type="list", elements="str", default=[]),
+            exact=dict(type="bool", default=False),
+            missing_ok=dict(type="bool", default=False),
+            wait_healthy=dict(type="int", default=0),
+            timeout=dict(type="int", default=180),
+        ),
+        supports_check_mode=True,
+    )
+    url, timeout = module.params["url"].rstrip("/"), module.params["timeout"]
+    wanted = sorted(set(w.rstrip("/") for w in module.params["present"]))
+    unwanted = sorted(set(w.rstrip("/") for w in module.params["absent"]) - set(wanted))
+    try:
+        before = listed(url, 30)
+    except RouterError as e:
+        if module.params["missing_ok"]:
+            module.exit_json(changed=False, answered=False, workers=[], added=[], removed=[], msg=str(e))
+        module.fail_json(msg="E_ROUTER: %s" % e, answered=False)
+    add = [w for w in wanted if w not in before]
+    if module.params["exact"]:
+        remove = [w for w in before if w not in wanted]
+    else:
+        remove = [w for w in before if w in unwanted]
+    result = dict(changed=bool(add or remove), answered=True, added=add, removed=remove,
+                  diff=dict(before="\n".join(before) + "\n",
+                            after="\n".join(sorted(set(before) - set(remove) | set(add))) + "\n"))
+    if module.check_mode:
+        healthy, total = readiness(url, 30)
+        module.exit_json(workers=before, healthy_workers=healthy, total_workers=total, **result)
+    try:
+        for worker in remove:
+            status, text = request(url, "POST", "/remove_worker?url=" + quote(worker, safe=""), 30)
+            if status != 200:
+                raise RouterError("removing %s answered HTTP %s: %s" % (worker, status, text[:300]))
+        for worker in add:
+            status, text = request(url, "POST", "/add_worker?url=" + quote(worker, safe=""), timeout)
+            if status != 200 and "already exists" not in text:
+                raise RouterError("adding %s answered HTTP %s: %s" % (worker, status, text[:300]))
+        deadline = time.monotonic() + module.params["wait_healthy"]
+        while True:
+            healthy, total = readiness(url, 30)
+            if healthy == total or time.monotonic() >= deadline:
+                break
+            time.sleep(1)
+        after = listed(url, 30)
+    except RouterError as e:
+        module.fail_json(msg="E_ROUTER: %s" % e, **result)
+    module.exit_json(workers=after, healthy_workers=healthy, total_workers=total, **result)
+
+
+if __name__ == "__main__":
+    main()

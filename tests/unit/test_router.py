@@ -1,0 +1,101 @@
+"""The router stage's pieces that need no router: its command line against vllm-router 0.1.17's help,
+the front's configuration, the engines' running-request counts the drain waits on, the fleet URL, and
+the settings rules (a policy the router lacks, a router host whose ports collide)."""
+import json
+import os
+import re
+
+import jinja2
+import pytest
+import yaml
+
+from ansible_collections.gpuserve.llm.plugins.filter.engines import fleet_url, router_command
+from ansible_collections.gpuserve.llm.plugins.module_utils import engines
+from ansible_collections.gpuserve.llm.plugins.module_utils.settings import load_specs, validate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPECS = load_specs(ROOT)
+with open(os.path.join(ROOT, "roles", "router", "defaults", "main.yml")) as f:
+    ROUTER = dict((k, v) for k, v in yaml.safe_load(f).items() if "{{" not in str(v))
+with open(os.path.join(ROOT, "tests", "fixtures", "vllm-router-0.1.17-help.txt")) as f:
+    HELP = f.read()
+with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
+    LLM = yaml.safe_load(f)
+
+
+def test_the_router_listens_on_loopback_only_with_the_workers_it_is_given():
+    argv = router_command(ROUTER, ["http://10.0.0.5:8020", "http://10.0.0.6:8020"])
+    assert argv[:2] == ["python3", "/opt/vllm-router/launch.py"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"  # its admin endpoints have no authentication
+    assert argv[argv.index("--port") + 1] == str(ROUTER["router_admin_port"])
+    assert argv[argv.index("--policy") + 1] == "cache_aware"
+    assert argv[argv.index("--worker-urls") + 1:] == ["http://10.0.0.5:8020", "http://10.0.0.6:8020"]
+    assert "--api-key" not in argv  # the client's header goes through; the engines check it
+    assert "--worker-urls" not in router_command(ROUTER, [])
+
+
+def test_every_router_flag_and_policy_is_in_vllm_router_0_1_17_help():
+    argv = router_command(dict(ROUTER, router_policy="round_robin"), ["http://10.0.0.5:8020"])
+    flags = set(re.findall(r"(--[a-z][a-z0-9-]+)", HELP))
+    assert [a for a in argv if a.startswith("--") and a not in flags] == []
+    known = re.search(r"--policy \{([^}]+)\}", HELP).group(1).split(",")
+    assert set(SPECS.options["router_policy"]["choices"]) <= set(known)
+
+
+def _front(**changes):
+    with open(os.path.join(ROOT, "templates", "router-front.conf.j2")) as f:
+        return jinja2.Template(f.read()).render(dict(ROUTER, router_container_name="gpuserve-router", **changes))
+
+
+def test_the_front_forwards_only_v1_and_health_and_refuses_the_rest():
+    conf = _front()
+    locations = dict(re.findall(r"location (/v1/|= /health|/) \{(.*?)\}", conf, re.S))
+    assert sorted(locations) == ["/", "/v1/", "= /health"]
+    assert "proxy_pass http://router;" in locations["/v1/"] and "proxy_buffering off;" in locations["/v1/"]
+    assert "proxy_pass http://router/readiness;" in locations["= /health"]  # the router's /health says yes with 0 workers
+    assert "return 403" in locations["/"] and "proxy_pass" not in locations["/"]
+    assert "server 127.0.0.1:%d;" % ROUTER["router_admin_port"] in conf
+    assert "listen 0.0.0.0:%d;" % ROUTER["router_port"] in conf
+    assert "listen [fd00::7]:9000;" in _front(router_bind="fd00::7", router_port=9000)
+
+
+@pytest.mark.parametrize("engine, text, running", [
+    ("llamacpp", json.dumps([{"id": 0, "is_processing": True}, {"id": 1, "is_processing": False}]), 1),
+    ("llamacpp", json.dumps([{"id": 0, "is_processing": False}]), 0),
+    ("vllm", 'vllm:num_requests_running{engine="0",model_name="m"} 3.0\nvllm:num_requests_waiting{} 1\n', 3),
+    ("sglang", "sglang:num_running_reqs{model_name=\"m\"} 0.0\n", 0),
+    ("vllm", "other_metric 1\n", None),
+    ("llamacpp", "not json", None),
+])
+def test_the_drain_reads_each_engines_running_requests(engine, text, running):
+    assert engines.running_requests(engine, text) == running
+
+
+def test_a_router_reaches_an_engine_at_its_bind_or_at_the_hosts_address():
+    assert fleet_url(8020, "10.0.0.5", "gpu1") == "http://10.0.0.5:8020"
+    assert fleet_url(8020, "0.0.0.0", "gpu1.example") == "http://gpu1.example:8020"
+    assert fleet_url(8020, "::", "fd00::5") == "http://[fd00::5]:8020"
+
+
+def _findings(groups, **settings):
+    given = dict(LLM, llm_context=LLM["llm_model_max_context"], llm_model_dense="fp8", **settings)
+    return [f for f in validate(given, SPECS.options, SPECS.internal, groups)[0] if f["severity"] == "error"]
+
+
+def test_a_policy_the_router_lacks_is_refused_naming_the_choices():
+    [found] = _findings(["llm_routers"], router_policy="least_busy")
+    assert found["code"] == "E_CONFIG" and found["subject"] == "router_policy"
+    assert "one of cache_aware, round_robin" in found["message"]
+
+
+def test_a_router_host_that_is_a_worker_on_the_same_port_is_refused():
+    [found] = _findings(["llm_hosts", "llm_routers"], llm_port=8000, router_port=8000)
+    assert found["code"] == "E_CONFIG" and found["subject"] == "router_port"
+    assert "a router (llm_routers) and a worker (llm_hosts) on the same port: router_port and llm_port are both 8000" \
+        in found["message"]
+    [admin] = _findings(["llm_hosts", "llm_routers"], llm_port=8001)  # the router's own port, by its default
+    assert admin["subject"] == "router_admin_port"
+    assert _findings(["llm_hosts"], llm_port=8000) == []  # no router here
+    assert _findings(["llm_hosts", "llm_routers"], llm_port=8020) == []
+    [same] = _findings(["llm_routers"], router_port=9000, router_metrics_port=9000)
+    assert "a router host needs three different ports" in same["message"]
