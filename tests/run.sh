@@ -257,7 +257,8 @@ check_phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.
 # The playbook tests in two streams (the newest ansible-core, where Python 3.12 is): these files in the
 # background after molecule's scenarios, every other file and the unit tests in the foreground.
 PLAYBOOKS_BESIDE=(tests/integration/test_autotune_play.py tests/integration/test_service_play.py
-                  tests/integration/test_weights_play.py tests/integration/test_main_command.py)
+                  tests/integration/test_weights_play.py tests/integration/test_main_command.py
+                  tests/integration/test_weights_hub.py)
 PLAYBOOK_VENV=.venv
 PLAYBOOK_CORE="ansible-core 2.19"
 [[ ! -x .venv-latest/bin/python ]] || PLAYBOOK_VENV=.venv-latest PLAYBOOK_CORE="newest ansible-core"

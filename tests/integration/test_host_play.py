@@ -307,9 +307,7 @@ def test_bare_hosts_check_then_live_then_rerun_then_a_refused_data_root_move(bar
     assert "deploy" in sh(docker_host, good, "getent group docker").stdout.strip().split(":")[-1].split(","), first
     first_s = time.monotonic() - started - check_s
 
-    # A rerun changes nothing on the host it brought up.
-    again = fleet.run("--limit", good)
-    assert again.rc == 0 and again.recap[good]["changed"] == 0, again
+    # (A rerun that changes nothing on every host: the fleet test below.)
 
     # A data-root move under a container the collection does not own is refused before daemon.json changes.
     image = sh(docker_host, good, "docker inspect -f '{{.Config.Image}}' gpuserve-llm-a").stdout.strip()
@@ -370,14 +368,26 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, docker_host,
     sh(docker_host, good, "docker rm -f foreign-job >/dev/null 2>&1; true")  # the refusal test's container
     write_in(docker_host, badjson, "cat > /etc/docker/daemon.json", json.dumps(FOREIGN_JSON))  # the admin mends it
     engines = dict((short[k], "http://127.0.0.1:%d" % p) for k, p in ENGINE_PORTS.items())
-    fleet = HostFleet(
-        tmp_path, docker_host, bare_hosts, mirror, fpr,
-        each=dict((short[k], {"llm_port": p}) for k, p in ENGINE_PORTS.items()),
+
+    def inventory(**badkey_vars):
+        """The fleet's inventory (hosts.yml), badkey's own variables added."""
+        each = dict((short[k], {"llm_port": p}) for k, p in ENGINE_PORTS.items())
+        each[badkey].update(badkey_vars)
+        return HostFleet(tmp_path, docker_host, bare_hosts, mirror, fpr, each=each, **fleet_vars)
+
+    fleet_vars = dict(
         groups={"llm_routers": {"hosts": {good: None}}},
         llm_api_key=FLEET_KEY, router_port=ROUTER_PORT, router_admin_port=ROUTER_ADMIN,
         router_metrics_port=ROUTER_METRICS, router_policy="round_robin", router_health_check_interval_secs=2,
         router_cache_dir=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(tmp_path / "images")),
-        service_warm_concurrency=[], service_warm_prompt_tokens=0, llm_max_tokens=2048)
+        # One core a CPU engine: the load below leaves the other core to Ansible.
+        service_threads=1, service_warm_concurrency=[], service_warm_prompt_tokens=0, llm_max_tokens=2048,
+        # verify and bench kept short: each host once, then the fleet endpoint (the router picks the hosts)
+        verify_checks=["concurrent_solo"], verify_fleet_checks=["concurrent_solo", "tool_calls", "json_response_format"],
+        verify_exact_prompts=3, verify_tool_calls=4, verify_json_response_format=4, verify_progress_interval=5,
+        bench_concurrency=[1, 3], bench_kinds=["prose"], bench_reply_tokens=16, bench_prefill_sizes=[256],
+        bench_reuse_turns=2, bench_reuse_tokens=256, bench_repeats=1, bench_warmup=False, bench_progress_interval=5)
+    fleet = inventory()
     front = "http://127.0.0.1:%d" % ROUTER_PORT
 
     def chat(key=FLEET_KEY, tokens=8):
@@ -407,6 +417,25 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, docker_host,
     assert router_workers() == sorted(engines.values())
     assert call("GET", front + "/health")[0] == 200
 
+    # verify and bench on each host, then once more through the fleet endpoint: reports/fleet/.
+    verified = fleet.run(playbook="playbooks/verify.yml")
+    assert verified.rc == 0, verified
+    fleet_verify = json.loads((tmp_path / "reports" / "fleet" / "verify.json").read_text())
+    statuses = dict((c["name"], (c["status"], c["passed"], c["total"])) for c in fleet_verify["checks"])
+    assert statuses["concurrent_solo"][0] == "pass" and statuses["tool_calls"] == ("pass", 4, 4), statuses
+    assert statuses["json_response_format"][0] == "pass" and statuses["needles"][0] == "not_run", statuses
+    for name in engines:
+        assert (tmp_path / "reports" / name / "verify.md").exists(), name
+    benched = fleet.run(playbook="playbooks/bench.yml")
+    assert benched.rc == 0, benched
+    fleet_bench = json.loads((tmp_path / "reports" / "fleet" / "bench.json").read_text())
+    [endpoint] = fleet_bench["endpoints"]
+    assert endpoint["name"] == "fleet endpoint (%s)" % good, endpoint["name"]
+    assert [r["requests"] for r in endpoint["decode"]] == [1, 3], endpoint["decode"]
+    assert all(r["aggregate_tok_s"] > 0 for r in endpoint["decode"]), endpoint["decode"]
+
+    from fleet_client import StreamLoad, multiturn, one_host_per_conversation, share
+
     targets = json.loads((tmp_path / "reports" / "prometheus-targets.json").read_text())
     assert sorted(targets[0]["targets"]) == sorted(u[len("http://"):] for u in engines.values()), targets
     assert targets[1]["targets"] == ["127.0.0.1:%d" % ROUTER_METRICS], targets
@@ -426,32 +455,37 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, docker_host,
     assert router_workers() == sorted(u for n, u in engines.items() if n != badkey)
     assert [chat()[0] for _ in range(4)] == [200] * 4
     assert call("GET", engines[badkey] + "/health")[0] is None  # its engine is down
-    back = fleet.run("--limit", "%s,%s" % (badkey, good))
-    assert back.rc == 0 and back.says("is now LIVE (3 of 3 hosts)"), back
-    assert router_workers() == sorted(engines.values())
 
-    # Routing by mechanism: the same multi-turn workload under round_robin, then cache_aware.
-    from fleet_client import StreamLoad, multiturn, one_host_per_conversation, share
-    keys = dict(api_key=FLEET_KEY, model="tiny", conversations=4, turns=3)
-    spread = multiturn(front, list(engines.values()), **keys)
-    policy = fleet.run("--tags", "router", "-e", "router_policy=cache_aware")
-    assert policy.rc == 0 and policy.recap[good]["changed"] > 0, policy
-    kept = multiturn(front, list(engines.values()), **keys)
+    # Routing by mechanism: a multi-turn workload over the two hosts under round_robin, then cache_aware.
+    # The policy's change comes with a run where the stopped host fails its preflight: it stays out.
+    keys = dict(api_key=FLEET_KEY, model="tiny", conversations=3, turns=3)
+    two = [u for n, u in engines.items() if n != badkey]
+    spread = multiturn(front, two, **keys)
+    policy = inventory(preflight_min_free_mib=10 ** 9).run("-e", "router_policy=cache_aware")
+    assert policy.rc != 0 and policy.recap[badkey]["failed"] == 1, policy
+    assert policy.codes(badkey) == ["E_GPU_MEMORY"], policy
+    assert policy.says("out of the router: %s (failed in this run)" % badkey), policy
+    assert policy.says("is now LIVE (2 of 3 hosts)"), policy
+    assert router_workers() == sorted(two)
+    fleet = inventory()
+    kept = multiturn(front, two, **keys)
     assert one_host_per_conversation(kept), kept
     assert not one_host_per_conversation(spread), spread
     assert share(kept) > share(spread), (kept, spread)
     print("turns 2+ under round_robin: %s, cached %.0f%%; under cache_aware: %s, cached %.0f%%" % (
         spread["served"], 100 * share(spread), kept["served"], 100 * share(kept)))
 
-    # A roll under load: a changed setting (the context) makes new containers, one host at a time.
-    with StreamLoad(front, FLEET_KEY, "tiny", concurrency=3, max_tokens=1500) as load:
+    # A roll under load: a changed setting (the context) makes new containers, one host at a time; the
+    # stopped host comes back in.
+    with StreamLoad(front, FLEET_KEY, "tiny", concurrency=1, max_tokens=800) as load:
         time.sleep(2)
         roll = fleet.run("-e", "llm_context=3072", "-e", "router_policy=cache_aware")
         time.sleep(2)
     drained = load.counts()
     assert roll.rc == 0 and roll.says("is now LIVE (3 of 3 hosts)"), roll
     assert roll.says("drained: "), roll
-    with StreamLoad(front, FLEET_KEY, "tiny", concurrency=3, max_tokens=1500) as load:
+    assert router_workers() == sorted(engines.values())
+    with StreamLoad(front, FLEET_KEY, "tiny", concurrency=1, max_tokens=800) as load:
         time.sleep(2)
         control = fleet.run("-e", "router_drain=false", "-e", "router_policy=cache_aware")
         time.sleep(2)
