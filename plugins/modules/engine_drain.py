@@ -41,7 +41,6 @@ options:
     description: The engine's API key (its /slots and /metrics need it).
     type: str
     default: ""
-    no_log: true
   timeout:
     description: The longest wait, in seconds.
     type: int

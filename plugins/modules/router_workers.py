@@ -16,7 +16,7 @@ description:
   - Reads C(GET /list_workers), then adds (C(POST /add_worker?url=)) the O(present) workers it lacks and removes
     (C(POST /remove_worker?url=)) the O(absent) ones it has, and with O(exact) every worker not in O(present).
     C(/add_worker) answers once the worker is healthy (the router's startup timeout).
-  - Runs on the router host: the admin endpoints listen on 127.0.0.1 there and have no authentication.
+  - Runs on the router host, where the admin endpoints listen on 127.0.0.1 (they have no authentication).
   - Then reads C(GET /readiness) (healthy and total workers); O(wait_healthy) waits until every worker is healthy.
 author:
   - gpuserve.llm contributors (@gpuserve)

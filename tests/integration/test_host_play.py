@@ -406,7 +406,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, docker_host,
 
     # Through the router: every host serves (round_robin), the client's key is what the engines check.
     before = dict((n, _served(u)) for n, u in engines.items())
-    assert [chat()[0] for _ in range(6)] == [200] * 6
+    assert [chat()[0] for _request in range(6)] == [200] * 6
     assert all(_served(u) > before[n] for n, u in engines.items()), (before, engines)
     assert chat(key=None)[0] == 401 and chat(key="sk-wrong")[0] == 401
 
@@ -453,7 +453,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, docker_host,
     assert stopped.rc == 0, stopped
     assert stopped.says("drained: 0 request(s) running when it left the router") or stopped.says("drained: "), stopped
     assert router_workers() == sorted(u for n, u in engines.items() if n != badkey)
-    assert [chat()[0] for _ in range(4)] == [200] * 4
+    assert [chat()[0] for _request in range(4)] == [200] * 4
     assert call("GET", engines[badkey] + "/health")[0] is None  # its engine is down
 
     # Routing by mechanism: a multi-turn workload over the two hosts under round_robin, then cache_aware.
