@@ -16,6 +16,12 @@ One fleet, one site.yml run after a --check of the bare hosts:
 Then a rerun changes nothing on `good`, and a data-root move with a foreign container running is
 E_DOCKER_RESTART naming it. Reached as `nosudo` (no sudo), a host stops at validation with E_BECOME,
 named, and no Python traceback.
+
+Then the same three hosts are the SSH fleet behind one router (issues 24 and 25): the two refused hosts
+mended, the weights from the stand-in hub fetched once and copied over rsync, the llama.cpp image built on
+one host and carried through the workstation to the others, llama.cpp tuned once, vllm-router behind its
+nginx front on `good`, and what the router must do: every host served, the admin paths refused, a host
+stopped or failed left out, the policies by mechanism, a roll under load with and without the drain.
 """
 import datetime
 import functools
@@ -23,6 +29,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +42,8 @@ import yaml
 
 from conftest import BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, host_requirements
 from ssh_hosts import SSHHosts
+# hub and repo_dir are the stand-in hub's fixtures, used by name.
+from test_weights_hub import HUB, TOKEN, hub, repo_dir, wanted_bytes  # noqa: F401 pylint: disable=unused-import
 
 VERSION = "1.18.2-1"  # the stand-in toolkit's, as the role's default pins it
 TOOLKIT = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
@@ -353,7 +362,7 @@ def router_workers():
     return sorted(json.loads(text)["urls"]) if status == 200 else None
 
 
-def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, docker_host, tmp_path):
+def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_host, tmp_path):
     """The three hosts over SSH, each with its own Docker daemon, behind one router (vllm-router behind an
     nginx front, on `good`): the two refused above mended, site.yml brings all three LIVE and the fleet
     endpoint LIVE (3 of 3); requests through it reach every host and the client's key reaches the engines;
@@ -375,7 +384,15 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, docker_host,
         each[badkey].update(badkey_vars)
         return HostFleet(tmp_path, docker_host, bare_hosts, mirror, fpr, each=each, **fleet_vars)
 
-    fleet_vars = dict(
+    # Weights from the stand-in hub (one download, the other hosts over rsync); llama-bench's grid kept small.
+    # The image built on one host, saved, carried through the workstation and loaded on the others.
+    fleet_vars = dict(HUB)
+    fleet_vars.update(llm_gpus=[0], weights_hf_endpoint=hub.url, weights_rsync_port=18799, llm_parallel=2,
+                      image_distribute="workstation",
+                      autotune_llamacpp=True, autotune_llamacpp_threads=[1], autotune_llamacpp_batch_sizes=[256, 512],
+                      autotune_llamacpp_ubatch_sizes=[128], autotune_llamacpp_n_prompt=128,
+                      autotune_llamacpp_n_gen=16, autotune_llamacpp_repetitions=1)
+    fleet_vars.update(
         groups={"llm_routers": {"hosts": {good: None}}},
         llm_api_key=FLEET_KEY, router_port=ROUTER_PORT, router_admin_port=ROUTER_ADMIN,
         router_metrics_port=ROUTER_METRICS, router_policy="round_robin", router_health_check_interval_secs=2,
@@ -397,9 +414,17 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, docker_host,
     live = fleet.run()
     assert live.rc == 0, live
     for name in (good, badjson, badkey):
-        assert live.says("gpuserve/tiny-llama-dummy is now LIVE! on port %d (dummy weights)" % (
-            int(engines[name].rsplit(":", 1)[1]))), (name, live)
+        assert live.says("acme/tiny-chat-GGUF is now LIVE! on port %s" % engines[name].rsplit(":", 1)[1]), (name, live)
         assert json.loads(sh(docker_host, name, "docker info --format '{{json .LiveRestoreEnabled}}'").stdout) is True
+    # The weights fetched once from the hub (one download's bytes at the source: the other two copied them
+    # over rsync from the first); llama.cpp tuned on one host, the other two took its result.
+    assert hub.file_bytes() == wanted_bytes(hub), hub.control("/_stats")["by_path"]
+    assert TOKEN not in live.output
+    ids = set(sh(docker_host, n, "docker inspect -f '{{.Image}}' $(docker ps -q --filter label=gpuserve.llm.service)")
+              .stdout.strip() for n in engines)
+    assert len(ids) == 1, ids  # one image across the fleet
+    sources = re.findall(r"takes (\S+) from (\S+)", live.output)
+    assert len(sources) == 2 and len(set(sources)) == 1 and sources[0][1] in engines, sources
     assert live.says("fleet endpoint http://127.0.0.1:%d/v1 is now LIVE (3 of 3 hosts)" % ROUTER_PORT), live
     assert router_workers() == sorted(engines.values())
     live_s = time.monotonic() - started
@@ -446,6 +471,16 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, docker_host,
     assert again.rc == 0 and all(again.recap[h]["changed"] == 0 for h in engines), again
     check = fleet.run("--check")
     assert check.rc == 0 and all(check.recap[h]["changed"] == 0 for h in engines), check
+    # Bad router settings stop the router host at validation, each with its code, before anything changes.
+    refused = fleet.run("--limit", good, "-e", "router_port=%d" % PORT, "-e", "router_policy=fastest")
+    assert refused.rc != 0 and refused.recap[good]["changed"] == 0, refused
+    assert refused.says("router_port: this host is a router (llm_routers) and a worker (llm_hosts) on the same port: "
+                        "router_port and llm_port are both %d; give the router another port" % PORT), refused
+    assert refused.says("router_policy: router_policy is") and refused.says("allowed: one of cache_aware, round_robin"), \
+        refused
+    assert refused.says("E_CONFIG [error] %s router_port:" % good), refused
+    assert refused.says("E_CONFIG [error] %s router_policy:" % good), refused
+    assert router_workers() == sorted(engines.values()) and chat()[0] == 200
     rerun_s = time.monotonic() - started - live_s
 
     # One host stopped: out of the router before its engine stops; the router serves on with the others.
@@ -485,12 +520,15 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, docker_host,
     assert roll.rc == 0 and roll.says("is now LIVE (3 of 3 hosts)"), roll
     assert roll.says("drained: "), roll
     assert router_workers() == sorted(engines.values())
+    # The control: the same change back, without the drain, on the host the stream is on (cache_aware keeps
+    # one client's requests on one host; the other two would roll the same way, with nothing to cut).
     with StreamLoad(front, FLEET_KEY, "tiny", concurrency=1, max_tokens=800) as load:
         time.sleep(2)
-        control = fleet.run("-e", "router_drain=false", "-e", "router_policy=cache_aware")
+        busy = _busy(engines)
+        control = fleet.run("--limit", busy, "-e", "router_drain=false", "-e", "router_policy=cache_aware")
         time.sleep(2)
     undrained = load.counts()
-    assert control.rc == 0, control
+    assert control.rc == 0 and control.recap[busy]["changed"] > 0, control
     print("roll with the drain: %s; without (control): %s" % (drained, undrained))
     assert drained["failed"] == 0 and drained["completed"] > 0, drained
     assert undrained["failed"] > 0, undrained
@@ -502,6 +540,24 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, docker_host,
     assert call("GET", front + "/health")[0] is None
     print("fleet test: LIVE %.0f s, rerun and check %.0f s, rolls %.0f s, in all %.0f s" % (
         live_s, rerun_s, roll_s, time.monotonic() - started))
+
+
+def _busy(engines, timeout=10):
+    """The one host whose engine is running a request (the stream under way)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = [n for n, u in engines.items() if _running(u)]
+        if len(busy) == 1 or time.monotonic() > deadline:
+            assert len(busy) == 1, busy
+            return busy[0]
+        time.sleep(0.1)
+
+
+def _running(url):
+    """How many requests the engine is running now (llama-server's /metrics, with the key)."""
+    status, text = call("GET", url + "/metrics", FLEET_KEY)
+    assert status == 200, (url, status, text[:200])
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("llamacpp:requests_processing"))
 
 
 def _served(url):
