@@ -40,6 +40,7 @@ import urllib.request
 import pytest
 import yaml
 
+from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_total
 from conftest import BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, host_requirements
 from ssh_hosts import SSHHosts
 # hub and repo_dir are the stand-in hub's fixtures, used by name.
@@ -553,15 +554,18 @@ def _busy(engines, timeout=10):
         time.sleep(0.1)
 
 
-def _running(url):
-    """How many requests the engine is running now (llama-server's /metrics, with the key)."""
+def _metric(url, name):
+    """One metric of the engine's /metrics (llama-server's, with the key), summed over its labels."""
     status, text = call("GET", url + "/metrics", FLEET_KEY)
     assert status == 200, (url, status, text[:200])
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("llamacpp:requests_processing"))
+    return prom_total(text, name)
+
+
+def _running(url):
+    """How many requests the engine is running now."""
+    return _metric(url, "llamacpp:requests_processing")
 
 
 def _served(url):
-    """How many requests the engine has answered (llama-server's /metrics, with the key)."""
-    status, text = call("GET", url + "/metrics", FLEET_KEY)
-    assert status == 200, (url, status, text[:200])
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("llamacpp:n_decode_total"))
+    """How many decode calls the engine has made: it grows with every request it answers."""
+    return _metric(url, "llamacpp:n_decode_total")
