@@ -9,14 +9,18 @@ cd "$(dirname "$0")/.."
 T0=$SECONDS
 PHASES=()
 
+ended() {  # ended NAME SECONDS RC: the phase's line for the summary; its pass recorded
+  PHASES+=("$(printf '%-52s %4ss  %s' "$1" "$2" "$([[ $3 == 0 ]] && echo ok || echo "FAILED (rc $3)")")")
+  [[ $3 != 0 ]] || record_pass "$1" "$2"
+}
+
 phase() {  # phase NAME COMMAND...: run it, time it, keep the line for the summary
   local name=$1 start=$SECONDS rc=0
   shift
   echo "=== ${name}"
   "$@" || rc=$?
-  PHASES+=("$(printf '%-52s %4ss  %s' "$name" $((SECONDS - start)) "$([[ $rc == 0 ]] && echo ok || echo "FAILED (rc $rc)")")")
+  ended "$name" $((SECONDS - start)) "$rc"
   if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
-  record_pass "$name" $((SECONDS - start))
 }
 
 # Phases side by side (on 2 cores, the setup waits on the network and debootstrap, and the checks
@@ -41,8 +45,8 @@ together() {
     echo "=== ${names[$i]} (side by side)"
     cat "$dir/$((i + 1)).log"
     read -r code secs < "$dir/$((i + 1)).rc"
-    PHASES+=("$(printf '%-52s %4ss  %s' "${names[$i]}" "$secs" "$([[ $code == 0 ]] && echo ok || echo "FAILED (rc $code)")")")
-    if [[ $code == 0 ]]; then record_pass "${names[$i]}" "$secs"; else rc=$code; fi
+    ended "${names[$i]}" "$secs" "$code"
+    [[ $code == 0 ]] || rc=$code
   done
   rm -rf "$dir"
   if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
@@ -95,57 +99,68 @@ check_phase() {  # check_phase NAME COMMAND...: a phase, unless it passed on the
   cached "$1" || phase "$@"
 }
 
-# Phases in the background, one after the other, each its own log and time, collected by
-# join_background: molecule's scenarios, then a share of the playbook tests. Their hosts wait on
-# containers and Ansible's polling while the foreground waits on engines, so on 2 cores the two
-# streams together take less than one after the other; the share is sized so that both end near
-# the same time. They share the daemon (and the llama.cpp root, written by rename), never a port
-# or a container name: the playbook tests of each stream use ports the other's do not.
+# Streams in the background, each its phases one after the other, each phase its own log and time,
+# collected by join_background: `molecule` (molecule's scenarios, then a share of the playbook
+# tests) and `checks` (lint, the collection's build, sanity and the unit tests: one process at a
+# time). Their hosts wait on containers and Ansible's polling while the foreground waits on
+# engines, so on 2 cores the streams together take less than one after the other; the shares are
+# sized so that the playbook streams end near the same time. They share the daemon (and the
+# llama.cpp root, written by rename), never a port or a container name: the playbook tests of each
+# stream use ports the other's do not.
 declare -A MOLECULE=(
   [default]="molecule default (2 container hosts: site.yml, idempotence, verify, stop), beside"
   [preflight]="molecule preflight (7 container hosts), beside"
   [check_mode]="molecule check_mode (--check on fresh hosts), beside"
 )
-BG_PID="" BG_DIR="" BG_NAMES=() BG_CMDS=()
+declare -A BG_PID=() BG_DIR=()
+# shellcheck disable=SC2034  # read through the namerefs below (local -n)
+BG_NAMES_molecule=() BG_CMDS_molecule=() BG_NAMES_checks=() BG_CMDS_checks=()
 
-queue_background() {  # queue_background NAME COMMAND...: queued unless it passed on these inputs
-  cached "$1" && return 0
-  BG_NAMES+=("$1")
+queue_background() {  # queue_background STREAM NAME COMMAND...: queued unless it passed on these inputs
+  # shellcheck disable=SC2178  # namerefs to the stream's arrays
+  local -n names=BG_NAMES_$1 cmds=BG_CMDS_$1
   shift
-  BG_CMDS+=("$(printf '%q ' "$@")")
+  cached "$1" && return 0
+  names+=("$1")
+  shift
+  cmds+=("$(printf '%q ' "$@")")
 }
 
-start_background() {  # run the queue, one phase after the other, in the background
-  local names
-  [[ ${#BG_NAMES[@]} -gt 0 ]] || return 0
-  BG_DIR=$(mktemp -d)
+start_background() {  # start_background STREAM: its phases, one after the other, in the background
+  # shellcheck disable=SC2178  # namerefs to the stream's arrays
+  local -n names=BG_NAMES_$1 cmds=BG_CMDS_$1
+  local dir listed
+  [[ ${#names[@]} -gt 0 ]] || return 0
+  dir=$(mktemp -d)
+  BG_DIR[$1]=$dir
   (
-    for i in "${!BG_NAMES[@]}"; do
+    for i in "${!names[@]}"; do
       start=$SECONDS rc=0
-      eval "${BG_CMDS[$i]}" > "$BG_DIR/$i.log" 2>&1 || rc=$?
-      echo "$rc $((SECONDS - start))" > "$BG_DIR/$i.rc"
+      eval "${cmds[$i]}" > "$dir/$i.log" 2>&1 || rc=$?
+      echo "$rc $((SECONDS - start))" > "$dir/$i.rc"
       [[ $rc == 0 ]] || exit "$rc"
     done
   ) &
-  BG_PID=$!
-  names=$(printf '%s; ' "${BG_NAMES[@]}")
-  echo "=== started in the background: ${names%; }"
+  BG_PID[$1]=$!
+  listed=$(printf '%s; ' "${names[@]}")
+  echo "=== started in the background ($1): ${listed%; }"
 }
 
-join_background() {  # wait for the queue; print its logs and its phase lines
-  local rc=0 i code secs
-  [[ -n $BG_PID ]] || return 0
-  wait "$BG_PID" || rc=$?
-  for i in "${!BG_NAMES[@]}"; do
-    [[ -f $BG_DIR/$i.rc ]] || continue
-    echo "=== ${BG_NAMES[$i]} (ran in the background)"
-    cat "$BG_DIR/$i.log"
-    read -r code secs < "$BG_DIR/$i.rc"
-    PHASES+=("$(printf '%-52s %4ss  %s' "${BG_NAMES[$i]}" "$secs" \
-      "$([[ $code == 0 ]] && echo ok || echo "FAILED (rc $code)")")")
-    [[ $code != 0 ]] || record_pass "${BG_NAMES[$i]}" "$secs"
+join_background() {  # join_background STREAM: wait for it; print its logs and its phase lines
+  # shellcheck disable=SC2178  # a nameref to the stream's array
+  local -n names=BG_NAMES_$1
+  local rc=0 i code secs dir=${BG_DIR[$1]:-}
+  [[ -n ${BG_PID[$1]:-} ]] || return 0
+  wait "${BG_PID[$1]}" || rc=$?
+  unset "BG_PID[$1]"
+  for i in "${!names[@]}"; do
+    [[ -f $dir/$i.rc ]] || continue
+    echo "=== ${names[$i]} (ran in the background)"
+    cat "$dir/$i.log"
+    read -r code secs < "$dir/$i.rc"
+    ended "${names[$i]}" "$secs" "$code"
   done
-  rm -rf "$BG_DIR"
+  rm -rf "$dir"
   if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
 }
 
@@ -194,7 +209,7 @@ start_testbed() {  # the test bed's own Docker daemon, stopped when this script 
   # The llama.cpp root from Debian's packages is kept between runs, as a workstation keeps it.
   export GPUSERVE_TEST_IMAGE_CACHE=$PWD/.work/images-debian
   # Background phases (start_background) stop too: their hosts live on this daemon.
-  trap '{ [[ -z $BG_PID ]] || kill "$BG_PID" 2>/dev/null; } || true; tests/testbed/dockerd.sh stop' EXIT
+  trap '{ [[ ${#BG_PID[@]} == 0 ]] || kill "${BG_PID[@]}" 2>/dev/null; } || true; tests/testbed/dockerd.sh stop' EXIT
   echo "test bed daemon at $GPUSERVE_TEST_DOCKER_HOST"
 }
 
@@ -255,33 +270,34 @@ inputs_key
 check_phase "yamllint" .venv/bin/yamllint -s .
 check_phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh scripts/*.sh .ci/run
 # The playbook tests in two streams (the newest ansible-core, where Python 3.12 is): these files in the
-# background after molecule's scenarios, every other file and the unit tests in the foreground.
+# background after molecule's scenarios, every other file in the foreground; the checks in a third.
 PLAYBOOKS_BESIDE=(tests/integration/test_autotune_play.py tests/integration/test_service_play.py
                   tests/integration/test_weights_play.py tests/integration/test_main_command.py
                   tests/integration/test_weights_hub.py)
 PLAYBOOK_VENV=.venv
 PLAYBOOK_CORE="ansible-core 2.19"
 [[ ! -x .venv-latest/bin/python ]] || PLAYBOOK_VENV=.venv-latest PLAYBOOK_CORE="newest ansible-core"
-# The background from here on: it fills the cores the lanes below leave idle while one lane is
-# single-threaded, and runs beside the playbook tests after them.
 for s in preflight check_mode default; do
-  queue_background "${MOLECULE[$s]}" in_venv molecule test -s "$s"
+  queue_background molecule "${MOLECULE[$s]}" in_venv molecule test -s "$s"
 done
-queue_background "pytest playbooks (${#PLAYBOOKS_BESIDE[@]} files), $PLAYBOOK_CORE, beside" \
+queue_background molecule "pytest playbooks (${#PLAYBOOKS_BESIDE[@]} files), $PLAYBOOK_CORE, beside" \
   run_pytest "$PLAYBOOK_VENV" --durations=10 "${PLAYBOOKS_BESIDE[@]}"
-start_background
-# Three lanes side by side on the 2 cores: each check runs one process at a time.
+start_background molecule
+# The checks, one process at a time: they fill the cores the playbook tests leave idle while their
+# hosts and engines wait, rather than holding both cores before the playbook tests start.
 lane_lint() {
   in_venv ansible-lint -q && tests/testbed/package.sh .venv && tests/testbed/sanity.sh .venv
 }
-LATEST=()
-[[ -z $PY312 ]] || LATEST=(-- "ansible-test sanity, newest ansible-core" tests/testbed/sanity.sh .venv-latest)
-together "ansible-lint, collection build and install, ansible-test sanity 2.19" lane_lint \
-  -- "pytest unit, ansible-core 2.19" run_pytest .venv tests/unit "${LATEST[@]}"
+queue_background checks "ansible-lint, collection build and install, ansible-test sanity 2.19, beside" lane_lint
+queue_background checks "pytest unit, ansible-core 2.19, beside" run_pytest .venv tests/unit
+if [[ -n $PY312 ]]; then
+  queue_background checks "ansible-test sanity, newest ansible-core, beside" tests/testbed/sanity.sh .venv-latest
+  queue_background checks "pytest unit, newest ansible-core, beside" run_pytest .venv-latest tests/unit
+fi
+start_background checks
 FOREGROUND=(tests/integration)
 for f in "${PLAYBOOKS_BESIDE[@]}"; do FOREGROUND+=("--ignore=$f"); done
-[[ $PLAYBOOK_VENV == .venv ]] || FOREGROUND=(tests/unit "${FOREGROUND[@]}")
-check_phase "pytest $([[ $PLAYBOOK_VENV == .venv ]] || echo "unit + ")playbooks, $PLAYBOOK_CORE" \
-  run_pytest "$PLAYBOOK_VENV" --durations=25 "${FOREGROUND[@]}"
-join_background
+check_phase "pytest playbooks, $PLAYBOOK_CORE" run_pytest "$PLAYBOOK_VENV" --durations=25 "${FOREGROUND[@]}"
+join_background checks
+join_background molecule
 summary

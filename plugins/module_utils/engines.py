@@ -27,6 +27,7 @@ PROFILES = {
         "health": {"path": "/health", "status": 200},
         "pool": {"path": "/metrics", "parser": "vllm_metrics"},
         "running": {"path": "/metrics", "metric": "vllm:num_requests_running"},
+        "api_key_env": "VLLM_API_KEY",  # the variable the template gives the key in
     },
     "sglang": {
         "version": "0.5.5",
@@ -36,6 +37,7 @@ PROFILES = {
         "health": {"path": "/health", "status": 200},
         "pool": {"path": "/get_server_info", "parser": "sglang_server_info"},
         "running": {"path": "/metrics", "metric": "sglang:num_running_reqs"},
+        "api_key_env": "GPUSERVE_API_KEY",  # SGLang takes --api-key only: its template passes it through a shell
     },
     "llamacpp": {
         "version": "Debian llama.cpp-tools",
@@ -46,6 +48,7 @@ PROFILES = {
         "pool": {"path": "/slots", "parser": "llamacpp_slots"},
         # Each slot says whether it is processing a request (/slots is on by default in 0.7.0).
         "running": {"path": "/slots", "slots": True},
+        "api_key_env": "LLAMA_API_KEY",
         # What verify's video_input reports instead of running (libmtmd decodes video by running ffmpeg).
         "no_video": "llama.cpp 0.7.0 decodes video with ffmpeg and ffprobe, which the engine image does not have: "
                     "images only",

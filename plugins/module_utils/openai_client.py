@@ -55,24 +55,25 @@ class Client(object):
     def _scrub(self, text):
         return text.replace(self.api_key, "<api key>") if self.api_key else text
 
-    def _send(self, path, body, timeout):
-        """(the connection, its response) of a GET (or a POST of JSON `body`). One connection per request:
-        concurrent requests are concurrent connections, as separate users' would be."""
+    def _send(self, path, body, timeout, method=None):
+        """(the connection, its response) of a GET (or a POST of JSON `body`; `method` another). One
+        connection per request: concurrent requests are concurrent connections, as separate users' would be."""
         conn = self._conn_class(self._netloc, timeout=timeout or self.timeout, **self._conn_args)
         try:
-            conn.request("POST" if body is not None else "GET", self._base + path,
+            conn.request(method or ("POST" if body is not None else "GET"), self._base + path,
                          body=json.dumps(body).encode("utf-8") if body is not None else None, headers=self._headers())
             return conn, conn.getresponse()
         except BaseException:
             conn.close()
             raise
 
-    def call(self, path, body=None, timeout=None):
-        """(status, text) of a GET (or a POST of JSON `body`) whatever the status; (None, the error) when
-        nothing answered. The text is the engine's own (a health poll or smoke request shows it)."""
+    def call(self, path, body=None, timeout=None, method=None):
+        """(status, text) of a GET (or a POST of JSON `body`; `method` another, such as a POST without a
+        body) whatever the status; (None, the error) when nothing answered. The text is the engine's own
+        (a health poll or smoke request shows it)."""
         conn = None
         try:
-            conn, response = self._send(path, body, timeout)
+            conn, response = self._send(path, body, timeout, method)
             return response.status, response.read().decode("utf-8", "replace")
         except (socket.error, OSError, http_client.HTTPException) as e:
             return None, str(e)

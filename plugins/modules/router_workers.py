@@ -107,14 +107,12 @@ total_workers:
 """
 
 import json
-import socket
 import time
 
-import http.client as http_client
-
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
 
 
 class RouterError(Exception):
@@ -122,17 +120,12 @@ class RouterError(Exception):
 
 
 def request(url, method, path, timeout):
-    """(status, text) of one request to the router; RouterError when nothing answers."""
-    parts = urlsplit(url)
-    conn = http_client.HTTPConnection(parts.netloc, timeout=timeout)
-    try:
-        conn.request(method, parts.path.rstrip("/") + path)
-        response = conn.getresponse()
-        return response.status, response.read().decode("utf-8", "replace")
-    except (socket.error, OSError, http_client.HTTPException) as e:
-        raise RouterError("%s%s did not answer: %s" % (url, path, e))
-    finally:
-        conn.close()
+    """(status, text) of one request to the router (its admin endpoints take no body and no key);
+    RouterError when nothing answers."""
+    status, text = Client(url).call(path, timeout=timeout, method=method)
+    if status is None:
+        raise RouterError("%s%s did not answer: %s" % (url, path, text))
+    return status, text
 
 
 def listed(url, timeout):

@@ -257,7 +257,10 @@ class Result:
         return sorted(f["code"] for f in self.report()[host]["findings"])
 
     def __repr__(self):
-        return "rc=%s\n%s" % (self.rc, self.output[-6000:])
+        # The failures first (a -vvv run's end is mostly connection lines), then the end of the output.
+        failed = [line[:1500] for line in self.output.splitlines()
+                  if re.match(r"(fatal|failed): |\S+ \[error\] |FAILED - |ERROR!", line.strip())]
+        return "rc=%s\n%s\n...\n%s" % (self.rc, "\n".join(failed[-12:]), self.output[-4000:])
 
 
 @pytest.fixture
@@ -301,3 +304,14 @@ def files_text(*roots):
                     with open(path, "rb") as f:
                         out[path] = f.read().decode("latin-1")
     return out
+
+
+def vaulted(folder, name, value):
+    """An extra-vars file in `folder` holding `name` encrypted with Ansible Vault, and its password file:
+    the arguments that give them to ansible-playbook."""
+    password = folder / "vault-password"
+    password.write_text("gpuserve-test-vault\n")
+    encrypted = subprocess.run([os.path.join(BIN, "ansible-vault"), "encrypt_string", "--vault-password-file",
+                                str(password), "--name", name, value], stdout=subprocess.PIPE, text=True, check=True).stdout
+    (folder / "vaulted.yml").write_text("---\n" + encrypted)
+    return ["-e", "@" + str(folder / "vaulted.yml"), "--vault-password-file", str(password)]

@@ -41,7 +41,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_total
-from conftest import BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, host_requirements
+from conftest import BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, files_text, find_secrets, host_requirements, vaulted
 from ssh_hosts import SSHHosts
 # hub and repo_dir are the stand-in hub's fixtures, used by name.
 from test_weights_hub import HUB, TOKEN, hub, repo_dir, wanted_bytes  # noqa: F401 pylint: disable=unused-import
@@ -202,11 +202,14 @@ def host_state(docker_host, host):
 class HostFleet(object):
     """The inventory (the hosts over SSH) and ansible-playbook runs."""
 
-    def __init__(self, workdir, docker_host, hosts, mirror, fpr, users=None, each=None, groups=None, **settings):
+    def __init__(self, workdir, docker_host, hosts, mirror, fpr, users=None, each=None, groups=None, args=(), runs=None,
+                 **settings):
         """`users`: {container: the user to connect as} (default deploy, with become); `each`: {container:
         its own variables} (then badkey keeps the right fingerprint); `groups`: more inventory groups;
+        `args`: given to every ansible-playbook run first; `runs`: a list each run's Result is added to;
         `settings`: variables of every host."""
         self.workdir, self.docker_host, self.hosts = workdir, docker_host, hosts
+        self.args, self.runs = list(args), runs if runs is not None else []
         common = dict(
             host_apt_mirror=mirror, host_nvidia_key_fingerprint=fpr,
             host_venv_wheelhouse=os.path.join(ROOT, ".work", "wheelhouse"), host_venv_packages=host_requirements(),
@@ -237,10 +240,11 @@ class HostFleet(object):
                    DOCKER_HOST=self.docker_host, **self.hosts.env())
         env.pop("NVML_REPLAY_SCENARIO", None)
         argv = [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, playbook), "-i",
-                str(self.workdir / "hosts.yml")] + list(args)
+                str(self.workdir / "hosts.yml")] + self.args + list(args)
         proc = subprocess.run(argv, cwd=str(self.workdir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=900, check=False)
-        return Result(proc, self.workdir)
+        self.runs.append((" ".join([playbook] + list(args)), Result(proc, self.workdir)))
+        return self.runs[-1][1]
 
 
 def ask(url, body=None):
@@ -338,7 +342,10 @@ def test_bare_hosts_check_then_live_then_rerun_then_a_refused_data_root_move(bar
 
 ROUTER_PORT, ROUTER_ADMIN, ROUTER_METRICS = 18250, 18251, 18252
 ENGINE_PORTS = {"good": PORT, "badjson": PORT + 2, "badkey": PORT + 4}
-FLEET_KEY = "sk-fleet-%d-throwaway" % os.getpid()
+FLEET_KEY = "sk-fleet-%d-vaulted" % os.getpid()
+NEW_KEY, WRONG_KEY = "sk-fleet-%d-rotated" % os.getpid(), "sk-fleet-wrong-key-0042"
+WRONG_TOKEN = "hf_refused_fleet_token_0042"
+NO_ENGINE = "gpuserve-test/no-engine:1"
 
 
 def call(method, url, key=None, body=None, timeout=30):
@@ -363,6 +370,23 @@ def router_workers():
     return sorted(json.loads(text)["urls"]) if status == 200 else None
 
 
+def host_files_text(docker_host, host, paths):
+    """{host:path: text} of every file under those of `paths` the host has (read out of band: tar through
+    docker exec; bytes read as latin-1, so binary files are searched too)."""
+    import io
+    import tarfile
+    got = subprocess.run(["docker", "-H", docker_host, "exec", host, "sh", "-c", "tar --warning=no-file-changed "
+                          "--warning=no-file-removed -cf - $(ls -d %s 2>/dev/null)" % " ".join(paths)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    assert got.returncode in (0, 1), got.stderr  # 1: a file (a log) changed while it was read
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tar:
+        for member in tar:
+            if member.isfile():
+                out["%s:/%s" % (host, member.name)] = tar.extractfile(member).read().decode("latin-1")
+    return out
+
+
 def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_host, tmp_path):
     """The three hosts over SSH, each with its own Docker daemon, behind one router (vllm-router behind an
     nginx front, on `good`): the two refused above mended, site.yml brings all three LIVE and the fleet
@@ -370,7 +394,14 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     the router's admin paths are refused on the public port; a host stopped leaves the router first and the
     router serves on; a rerun changes nothing and --check changes nothing; a roll under load fails no
     request with the drain and fails some without it (the control); cache_aware keeps a conversation on one
-    host where round_robin spreads it; stop.yml on every host takes the router down too."""
+    host where round_robin spreads it; stop.yml on every host takes the router down too, remove.yml removes it.
+
+    And the whole life of the fleet with its secrets: the hub token, the API key from Ansible Vault, every
+    run at -vvv, the failure paths (a refused token: E_AUTH; a wrong key: E_ENDPOINT; an engine that fails
+    its health gate: E_HEALTH, the old one started again), a stop keeping the log and what the engine was
+    started with, a restart with a new key; then every form of every secret is looked for in Ansible's
+    output, every file the runs wrote on the workstation and on the hosts, and every container's inspect
+    output but the engine's environment (the one place the key must be)."""
     started = time.monotonic()
     mirror, fpr = apt_repo
     short = bare_hosts.short
@@ -383,7 +414,11 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         """The fleet's inventory (hosts.yml), badkey's own variables added."""
         each = dict((short[k], {"llm_port": p}) for k, p in ENGINE_PORTS.items())
         each[badkey].update(badkey_vars)
-        return HostFleet(tmp_path, docker_host, bare_hosts, mirror, fpr, each=each, **fleet_vars)
+        return HostFleet(tmp_path, docker_host, bare_hosts, mirror, fpr, each=each, args=["-vvv"] + vault,
+                         runs=runs, **fleet_vars)
+
+    runs = []
+    vault = vaulted(tmp_path, "llm_api_key", FLEET_KEY)
 
     # Weights from the stand-in hub (one download, the other hosts over rsync); llama-bench's grid kept small.
     # The image built on one host, saved, carried through the workstation and loaded on the others.
@@ -395,7 +430,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
                       autotune_llamacpp_n_gen=16, autotune_llamacpp_repetitions=1)
     fleet_vars.update(
         groups={"llm_routers": {"hosts": {good: None}}},
-        llm_api_key=FLEET_KEY, router_port=ROUTER_PORT, router_admin_port=ROUTER_ADMIN,
+        router_port=ROUTER_PORT, router_admin_port=ROUTER_ADMIN,
         router_metrics_port=ROUTER_METRICS, router_policy="round_robin", router_health_check_interval_secs=2,
         router_cache_dir=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(tmp_path / "images")),
         # One core a CPU engine: the load below leaves the other core to Ansible.
@@ -411,6 +446,12 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     def chat(key=FLEET_KEY, tokens=8):
         return call("POST", front + "/v1/chat/completions", key,
                     {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": tokens})
+
+    # A refused token stops the weights stage with E_AUTH, nothing fetched.
+    refused = fleet.run("--tags", "weights", "--limit", good, "-e", "llm_hf_token=" + WRONG_TOKEN)
+    assert refused.rc != 0 and refused.says("E_AUTH"), refused
+    assert refused.says("the token given (llm_hf_token) was refused"), refused
+    assert hub.file_bytes() == 0
 
     live = fleet.run()
     assert live.rc == 0, live
@@ -482,11 +523,30 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert refused.says("E_CONFIG [error] %s router_port:" % good), refused
     assert refused.says("E_CONFIG [error] %s router_policy:" % good), refused
     assert router_workers() == sorted(engines.values()) and chat()[0] == 200
+
+    # An engine that fails its health gate (an image with no engine in it, put on badkey's daemon by hand):
+    # E_HEALTH, the old engine started again and back in the router. A wrong key fails verify: E_ENDPOINT.
+    assert sh(docker_host, badkey, "mkdir -p /tmp/no-engine/etc && touch /tmp/no-engine/etc/broken && "
+              "tar -C /tmp/no-engine -cf - etc | docker import - %s" % NO_ENGINE).returncode == 0
+    broken = fleet.run("--limit", badkey, "-e", "llm_image=" + NO_ENGINE, "-e", "autotune_llamacpp=false")
+    assert broken.rc != 0 and broken.says("E_HEALTH") and broken.says("passed the health gate"), broken
+    assert call("GET", engines[badkey] + "/health")[0] == 200
+    assert router_workers() == sorted(engines.values()), broken
+    wrong = fleet.run("--limit", badkey, "-e", "llm_api_key=" + WRONG_KEY, playbook="playbooks/verify.yml")
+    assert wrong.rc != 0 and wrong.says("E_ENDPOINT"), wrong
     rerun_s = time.monotonic() - started - live_s
 
     # One host stopped: out of the router before its engine stops; the router serves on with the others.
-    stopped = fleet.run("--limit", badkey, playbook="playbooks/stop.yml")
+    # It keeps the log and what the engine was started with, not this run's variables.
+    stopped = fleet.run("--limit", badkey, "-e", "llm_parallel=9", playbook="playbooks/stop.yml")
     assert stopped.rc == 0, stopped
+    [saved] = list((tmp_path / "logs" / badkey).iterdir())
+    [log] = saved.glob("*.log")
+    assert "listening" in log.read_text(), log.read_text()[-2000:]
+    settings = json.loads((saved / "settings.json").read_text())["settings"]
+    assert settings["llm_parallel"] == 2 and settings["llm_api_key"] == settings["llm_hf_token"] == "<hidden>"
+    before = _service(docker_host, badkey)
+    assert [running for _name, running, _config in before] == [False], before  # kept, for docker logs
     assert stopped.says("drained: 0 request(s) running when it left the router") or stopped.says("drained: "), stopped
     assert router_workers() == sorted(u for n, u in engines.items() if n != badkey)
     assert [chat()[0] for _request in range(4)] == [200] * 4
@@ -497,6 +557,13 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     keys = dict(api_key=FLEET_KEY, model="tiny", conversations=3, turns=3)
     two = [u for n, u in engines.items() if n != badkey]
     spread = multiturn(front, two, **keys)
+    # Restarted after the stop with a new key: a new container in the other slot, the stopped one not left
+    # behind, and the same configuration label (it says nothing of the key).
+    rotated = fleet.run("--limit", badkey, "-e", "llm_api_key=" + NEW_KEY, playbook="playbooks/restart.yml")
+    assert rotated.rc == 0 and rotated.says("is now LIVE! on port %d" % ENGINE_PORTS["badkey"]), rotated
+    after = _service(docker_host, badkey)
+    assert len(after) == 1 and after[0][1] and after[0][0] != before[0][0] and after[0][2] == before[0][2], after
+    assert call("GET", engines[badkey] + "/v1/models", NEW_KEY)[0] == 200
     policy = inventory(preflight_min_free_mib=10 ** 9).run("-e", "router_policy=cache_aware")
     assert policy.rc != 0 and policy.recap[badkey]["failed"] == 1, policy
     assert policy.codes(badkey) == ["E_GPU_MEMORY"], policy
@@ -539,8 +606,48 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     down = fleet.run("-e", "router_policy=cache_aware", playbook="playbooks/stop.yml")
     assert down.rc == 0 and down.says("the fleet endpoint is down"), down
     assert call("GET", front + "/health")[0] is None
-    print("fleet test: LIVE %.0f s, rerun and check %.0f s, rolls %.0f s, in all %.0f s" % (
-        live_s, rerun_s, roll_s, time.monotonic() - started))
+
+    # What every container was started with, the engines' environment (where the key must be) aside.
+    inspected = {}
+    for name in engines:
+        for container in sh(docker_host, name, "docker ps -aq").stdout.split():
+            data = json.loads(sh(docker_host, name, "docker inspect " + container).stdout)[0]
+            env = data["Config"].pop("Env") if "gpuserve.llm.engine" in (data["Config"]["Labels"] or {}) else []
+            assert not env or any(e.startswith("LLAMA_API_KEY=") for e in env), data["Name"]
+            inspected["docker inspect %s on %s" % (data["Name"], name)] = json.dumps(data)
+    assert len(inspected) == 5, sorted(inspected)  # the three engines, the router and its front
+    # remove.yml: the engines' containers and the router's go; the images stay.
+    removed = fleet.run(playbook="playbooks/remove.yml")
+    assert removed.rc == 0 and removed.says("the fleet endpoint is down: gpuserve-router-front and gpuserve-router "
+                                            "removed"), removed
+    assert all(sh(docker_host, n, "docker ps -aq").stdout.split() == [] for n in engines)
+    assert sh(docker_host, good, "docker images -q gpuserve/llama.cpp").stdout.strip()
+
+    secrets = {"llm_api_key": FLEET_KEY, "llm_api_key (rotated)": NEW_KEY, "llm_hf_token": TOKEN,
+               "a wrong key": WRONG_KEY, "a refused token": WRONG_TOKEN}
+    places = dict(("output of %d: %s" % (i, name), result.output) for i, (name, result) in enumerate(runs))
+    places.update(inspected)
+    # Every file the runs wrote: the workstation's logs/, reports/ and caches (but the inputs the user
+    # gave), and on each host the collection's folders, the users' homes, /tmp and the logs.
+    inputs = set(str(tmp_path / n) for n in ("hosts.yml", "vaulted.yml", "vault-password"))
+    places.update((path, text) for path, text in files_text(tmp_path).items() if path not in inputs)
+    for name in engines:
+        places.update(host_files_text(docker_host, name, ["/var/lib/gpuserve", "/opt/gpuserve", "/home", "/root",
+                                                          "/tmp", "/etc/docker", "/etc/gpuserve", "/var/log"]))
+    assert any("/logs/%s/" % badkey in p for p in places) and any("/reports/fleet/" in p for p in places)
+    assert any(p.startswith(good + ":/var/lib/gpuserve/hf/") for p in places), sorted(places)[:20]
+    leaks = find_secrets(secrets, places)
+    assert leaks == [], "\n".join(leaks)
+    print("fleet test: LIVE %.0f s, rerun, check and failures %.0f s, rolls %.0f s, in all %.0f s; %d runs at -vvv, "
+          "%d places searched for secrets" % (live_s, rerun_s, roll_s, time.monotonic() - started, len(runs),
+                                              len(places)))
+
+
+def _service(docker_host, host):
+    """[(container id, running, configuration label)] of the engine's containers on the host."""
+    out = sh(docker_host, host, "docker ps -a --filter label=gpuserve.llm.service --format "
+             "'{{.ID}} {{.State}} {{.Label \"gpuserve.llm.config\"}}'").stdout.split("\n")
+    return [(i, state == "running", config) for i, state, config in (line.split() for line in out if line.strip())]
 
 
 def _busy(engines, timeout=10):

@@ -71,9 +71,11 @@ def test_the_api_key_goes_to_the_environment_never_to_argv(name):
     assert "sk-recipe-SECRET" not in out["display"]
     assert "<llm_api_key>" in out["display"]
     assert list(out["env"].values()) == ["sk-recipe-SECRET"]
-    # The variable each engine reads its key from (SGLang's through a shell: it takes --api-key only).
-    assert list(out["env"]) == [{"vllm": "VLLM_API_KEY", "sglang": "GPUSERVE_API_KEY",
-                                 "llamacpp": "LLAMA_API_KEY"}[CASES[name][0]["llm_engine"]]]
+    # The variable each engine reads its key from (SGLang's through a shell: it takes --api-key only), as
+    # the profile names it for the drain, which reads a serving engine's key out of its container.
+    engine = CASES[name][0]["llm_engine"]
+    assert list(out["env"]) == [{"vllm": "VLLM_API_KEY", "sglang": "GPUSERVE_API_KEY", "llamacpp": "LLAMA_API_KEY"}[engine]]
+    assert list(out["env"]) == [engines.PROFILES[engine]["api_key_env"]]
 
 
 def test_no_api_key_no_environment():

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -200,7 +201,10 @@ def rsync_daemon(tmp_path):
     served.mkdir()
     (tmp_path / "secrets").write_text("gpuserve:pw-unit-SECRET\n")
     os.chmod(str(tmp_path / "secrets"), 0o600)
-    port = 18790 + os.getpid() % 100
+    # A port the system has free now: the playbook tests, running beside, hold ports of their own.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     (tmp_path / "rsyncd.conf").write_text(
         "pid file = %s/rsyncd.pid\nport = %d\naddress = 127.0.0.1\nuse chroot = no\n"
         "[gpuserve-hf]\n path = %s\n read only = yes\n uid = %d\n gid = %d\n auth users = gpuserve\n"
