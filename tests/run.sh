@@ -14,12 +14,18 @@ ended() {  # ended NAME SECONDS RC: the phase's line for the summary; its pass r
   [[ $3 != 0 ]] || record_pass "$1" "$2"
 }
 
-phase() {  # phase NAME COMMAND...: run it, time it, keep the line for the summary
+run_phase() {  # run_phase NAME COMMAND...: run it, time it, keep the line for the summary; its rc
   local name=$1 start=$SECONDS rc=0
   shift
   echo "=== ${name}"
   "$@" || rc=$?
   ended "$name" $((SECONDS - start)) "$rc"
+  return "$rc"
+}
+
+phase() {  # phase NAME COMMAND...: run_phase, and the end of the run if it fails
+  local rc=0
+  run_phase "$@" || rc=$?
   if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
 }
 
@@ -126,14 +132,15 @@ queue_background() {  # queue_background STREAM NAME COMMAND...: queued unless i
   cmds+=("$(printf '%q ' "$@")")
 }
 
-start_background() {  # start_background STREAM: its phases, one after the other, in the background
+start_background() {  # start_background STREAM [NICENESS]: its phases, one after the other, in the background
   # shellcheck disable=SC2178  # namerefs to the stream's arrays
   local -n names=BG_NAMES_$1 cmds=BG_CMDS_$1
-  local dir listed
+  local dir listed niceness=${2:-0}
   [[ ${#names[@]} -gt 0 ]] || return 0
   dir=$(mktemp -d)
   BG_DIR[$1]=$dir
   (
+    renice -n "$niceness" -p "$BASHPID" >/dev/null
     for i in "${!names[@]}"; do
       start=$SECONDS rc=0
       eval "${cmds[$i]}" > "$dir/$i.log" 2>&1 || rc=$?
@@ -146,7 +153,7 @@ start_background() {  # start_background STREAM: its phases, one after the other
   echo "=== started in the background ($1): ${listed%; }"
 }
 
-join_background() {  # join_background STREAM: wait for it; print its logs and its phase lines
+join_background() {  # join_background STREAM: wait for it; print its logs and its phase lines; its rc
   # shellcheck disable=SC2178  # a nameref to the stream's array
   local -n names=BG_NAMES_$1
   local rc=0 i code secs dir=${BG_DIR[$1]:-}
@@ -161,7 +168,17 @@ join_background() {  # join_background STREAM: wait for it; print its logs and i
     ended "${names[$i]}" "$secs" "$code"
   done
   rm -rf "$dir"
-  if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
+  return "$rc"
+}
+
+kill_tree() {  # kill_tree PID...: the processes and everything they started
+  local pids=("$@") all=() next=()
+  while [[ ${#pids[@]} -gt 0 ]]; do
+    all+=("${pids[@]}")
+    mapfile -t next < <(pgrep -P "$(IFS=,; echo "${pids[*]}")" || true)
+    pids=("${next[@]}")
+  done
+  kill "${all[@]}" 2>/dev/null || true
 }
 
 summary() {
@@ -209,7 +226,7 @@ start_testbed() {  # the test bed's own Docker daemon, stopped when this script 
   # The llama.cpp root from Debian's packages is kept between runs, as a workstation keeps it.
   export GPUSERVE_TEST_IMAGE_CACHE=$PWD/.work/images-debian
   # Background phases (start_background) stop too: their hosts live on this daemon.
-  trap '{ [[ ${#BG_PID[@]} == 0 ]] || kill "${BG_PID[@]}" 2>/dev/null; } || true; tests/testbed/dockerd.sh stop' EXIT
+  trap '{ [[ ${#BG_PID[@]} == 0 ]] || kill_tree "${BG_PID[@]}"; } || true; tests/testbed/dockerd.sh stop' EXIT
   echo "test bed daemon at $GPUSERVE_TEST_DOCKER_HOST"
 }
 
@@ -283,8 +300,9 @@ done
 queue_background molecule "pytest playbooks (${#PLAYBOOKS_BESIDE[@]} files), $PLAYBOOK_CORE, beside" \
   run_pytest "$PLAYBOOK_VENV" --durations=10 "${PLAYBOOKS_BESIDE[@]}"
 start_background molecule
-# The checks, one process at a time: they fill the cores the playbook tests leave idle while their
-# hosts and engines wait, rather than holding both cores before the playbook tests start.
+# The checks, one after the other and at a lower priority: they fill the cores the playbook tests
+# leave idle while their hosts and engines wait, rather than holding both cores before the
+# playbook tests start, and give way to the tests' engines (timed: health gates, the drain).
 lane_lint() {
   in_venv ansible-lint -q && tests/testbed/package.sh .venv && tests/testbed/sanity.sh .venv
 }
@@ -294,10 +312,15 @@ if [[ -n $PY312 ]]; then
   queue_background checks "ansible-test sanity, newest ansible-core, beside" tests/testbed/sanity.sh .venv-latest
   queue_background checks "pytest unit, newest ansible-core, beside" run_pytest .venv-latest tests/unit
 fi
-start_background checks
+start_background checks 10
 FOREGROUND=(tests/integration)
 for f in "${PLAYBOOKS_BESIDE[@]}"; do FOREGROUND+=("--ignore=$f"); done
-check_phase "pytest playbooks, $PLAYBOOK_CORE" run_pytest "$PLAYBOOK_VENV" --durations=25 "${FOREGROUND[@]}"
-join_background checks
-join_background molecule
+# Every stream is waited for and printed, a failed one or not; the first failure's rc is the run's.
+RC=0
+FG_NAME="pytest playbooks, $PLAYBOOK_CORE"
+cached "$FG_NAME" || run_phase "$FG_NAME" run_pytest "$PLAYBOOK_VENV" --durations=25 "${FOREGROUND[@]}" || RC=$?
+for stream in checks molecule; do
+  join_background "$stream" || { code=$?; [[ $RC != 0 ]] || RC=$code; }
+done
 summary
+[[ $RC == 0 ]] || exit "$RC"

@@ -92,8 +92,27 @@ def patch_series(directory):
     return {"patches": patches, "sha256": total.hexdigest()}
 
 
+def serving_engine(container, engine=""):
+    """The engine a container of the service runs (its gpuserve.llm.engine label), else `engine`."""
+    labels = ((container or {}).get("Config") or {}).get("Labels") or {}
+    return labels.get("gpuserve.llm.engine") or engine
+
+
+def serving_api_key(container, engine=""):
+    """The API key the container was started with, from its environment ('' for none): a run that changes
+    llm_api_key or llm_engine asks the old engine what it checks, not what the run would give a new one."""
+    engine = serving_engine(container, engine)
+    if engine not in engines.PROFILES:
+        return ""
+    prefix = engines.PROFILES[engine]["api_key_env"] + "="
+    for line in ((container or {}).get("Config") or {}).get("Env") or []:
+        if line.startswith(prefix):
+            return line[len(prefix):]
+    return ""
+
+
 class FilterModule(object):
     def filters(self):
         return {"engine_command": engine_command, "engine_profile": engine_profile, "patch_series": patch_series,
                 "undrafted_argv": undrafted_argv, "engine_url": engine_url, "router_command": router_command,
-                "fleet_url": fleet_url}
+                "fleet_url": fleet_url, "serving_engine": serving_engine, "serving_api_key": serving_api_key}

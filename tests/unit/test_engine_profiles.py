@@ -9,7 +9,7 @@ import shlex
 import pytest
 import yaml
 
-from ansible_collections.gpuserve.llm.plugins.filter.engines import engine_command
+from ansible_collections.gpuserve.llm.plugins.filter.engines import engine_command, serving_api_key, serving_engine
 from ansible_collections.gpuserve.llm.plugins.module_utils import engines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -76,6 +76,27 @@ def test_the_api_key_goes_to_the_environment_never_to_argv(name):
     engine = CASES[name][0]["llm_engine"]
     assert list(out["env"]) == [{"vllm": "VLLM_API_KEY", "sglang": "GPUSERVE_API_KEY", "llamacpp": "LLAMA_API_KEY"}[engine]]
     assert list(out["env"]) == [engines.PROFILES[engine]["api_key_env"]]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_key_a_container_was_started_with_is_read_back_from_its_environment(name):
+    """What the drain and the rollback's health gate ask an old engine with: its own key, found through its
+    engine's label, even when the run now names another engine or no key."""
+    out = rendered(name)
+    engine = CASES[name][0]["llm_engine"]
+    other = [e for e in sorted(engines.PROFILES) if e != engine][0]
+    container = {"Config": {"Labels": {"gpuserve.llm.engine": engine, "gpuserve.llm.config": "0123"},
+                            "Env": ["PATH=/usr/bin"] + ["%s=%s" % kv for kv in out["env"].items()]}}
+    assert serving_engine(container, other) == engine
+    assert serving_api_key(container, other) == "sk-recipe-SECRET"
+    settings, paths, facts = CASES[name]
+    keyless = engine_command(dict(settings, llm_api_key=""), paths, facts)
+    container["Config"]["Env"] = ["%s=%s" % kv for kv in keyless["env"].items()]
+    assert serving_api_key(container, other) == ""
+    # A container without the label: the engine given decides which variable is read.
+    unlabelled = {"Config": {"Labels": None, "Env": ["%s=%s" % kv for kv in out["env"].items()]}}
+    assert serving_engine(unlabelled, engine) == engine and serving_api_key(unlabelled, engine) == "sk-recipe-SECRET"
+    assert serving_api_key(unlabelled, other) == ""
 
 
 def test_no_api_key_no_environment():
