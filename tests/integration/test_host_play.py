@@ -596,15 +596,14 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert roll.says("drained: "), roll
     assert re.search(r"\[%s\][^\n]*\n\s+msg: .?drained: " % re.escape(badkey), roll.output), roll
     assert router_workers() == sorted(engines.values())
-    # The control: the same change back, without the drain, on the host the stream is on (cache_aware keeps
-    # one client's requests on one host; the other two would roll the same way, with nothing to cut).
+    # The control: the same change back without the drain, on every host (one roll of the host the stream
+    # is on did not always cut it: 0 of 95 failed once; the stream may have moved before that host stopped).
     with StreamLoad(front, FLEET_KEY, "tiny", concurrency=1, max_tokens=800) as load:
         time.sleep(2)
-        busy = _busy(engines)
-        control = fleet.run("--limit", busy, "-e", "router_drain=false", "-e", "router_policy=cache_aware")
+        control = fleet.run("-e", "router_drain=false", "-e", "router_policy=cache_aware")
         time.sleep(2)
     undrained = load.counts()
-    assert control.rc == 0 and control.recap[busy]["changed"] > 0, control
+    assert control.rc == 0 and all(control.recap[h]["changed"] > 0 for h in engines), control
     print("roll with the drain: %s; without (control): %s" % (drained, undrained))
     assert drained["failed"] == 0 and drained["completed"] > 0, drained
     assert undrained["failed"] > 0, undrained
@@ -658,27 +657,11 @@ def _service(docker_host, host):
     return [(i, state == "running", config) for i, state, config in (line.split() for line in out if line.strip())]
 
 
-def _busy(engines, timeout=10):
-    """The one host whose engine is running a request (the stream under way)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        busy = [n for n, u in engines.items() if _running(u)]
-        if len(busy) == 1 or time.monotonic() > deadline:
-            assert len(busy) == 1, busy
-            return busy[0]
-        time.sleep(0.1)
-
-
 def _metric(url, name):
     """One metric of the engine's /metrics (llama-server's, with the key), summed over its labels."""
     status, text = call("GET", url + "/metrics", FLEET_KEY)
     assert status == 200, (url, status, text[:200])
     return prom_total(text, name)
-
-
-def _running(url):
-    """How many requests the engine is running now."""
-    return _metric(url, "llamacpp:requests_processing")
 
 
 def _served(url):
