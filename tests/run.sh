@@ -29,8 +29,8 @@ phase() {  # phase NAME COMMAND...: run_phase, and the end of the run if it fail
   if [[ $rc != 0 ]]; then summary; exit "$rc"; fi
 }
 
-# Phases side by side (on 2 cores, the setup waits on the network and debootstrap, and the checks
-# are single-threaded each): together NAME COMMAND -- NAME COMMAND -- ...; each its own log, printed
+# Phases side by side (the setup waits on the network and debootstrap more than on the cores):
+# together NAME COMMAND -- NAME COMMAND -- ...; each its own log, printed
 # when all have ended, each its own phase line; a phase that passed on these inputs is not run.
 together() {
   local dir names=() pids=() name i rc=0 code secs cmd=()
@@ -107,8 +107,8 @@ check_phase() {  # check_phase NAME COMMAND...: a phase, unless it passed on the
 
 # Streams in the background, each its phases one after the other, each phase its own log and time,
 # collected by join_background: `molecule` (molecule's scenarios, then a share of the playbook
-# tests) and `checks` (lint, the collection's build, sanity and the unit tests: one process at a
-# time). Their hosts wait on containers and Ansible's polling while the foreground waits on
+# tests) and `checks` (lint, the collection's build, sanity and the unit tests, one after the
+# other). Their hosts wait on containers and Ansible's polling while the foreground waits on
 # engines, so on 2 cores the streams together take less than one after the other; the shares are
 # sized so that the playbook streams end near the same time. They share the daemon (and the
 # llama.cpp root, written by rename), never a port or a container name: the playbook tests of each

@@ -30,12 +30,14 @@ import datetime
 import functools
 import hashlib
 import http.server
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import urllib.request
@@ -376,8 +378,6 @@ def router_workers():
 def host_files_text(docker_host, host, paths):
     """{host:path: text} of every file under those of `paths` the host has (read out of band: tar through
     docker exec; bytes read as latin-1, so binary files are searched too)."""
-    import io
-    import tarfile
     got = subprocess.run(["docker", "-H", docker_host, "exec", host, "sh", "-c", "tar --warning=no-file-changed "
                           "--warning=no-file-removed -cf - $(ls -d %s 2>/dev/null)" % " ".join(paths)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
