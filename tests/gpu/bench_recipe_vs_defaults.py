@@ -20,7 +20,10 @@ SIDE (1,16,64; empty: none), BUDGET_S (540: no new measurement starts after this
 script's start; what is left out is listed), DROP (bisection: flags, comma-separated, taken out of the
 rendered recipe command with their values), VERIFY (1: verify after bench in recipe-mtp), NAME (the
 run's name in its files; default MODE, with the dropped flags), PREFILL
-(2048,8192,32768: the cold prompt sizes; empty: none), REUSE (1; 0: no prompt-reuse row).
+(2048,8192,32768: the cold prompt sizes; empty: none), REUSE (1; 0: no prompt-reuse row), ADD (flags added to the
+served command, as one JSON list of words), ENGINE (auto: vLLM's own defaults where the bundle holds what they need
+(tests/gpu/carry.sh engine: DeepGEMM's headers and flashinfer), else the trimmed engine; trimmed:
+VLLM_USE_DEEP_GEMM=0 VLLM_USE_FLASHINFER_SAMPLER=0 as before 2026-12-02; served: vLLM's defaults).
 
 The recipe runs first put the rendered command through vLLM's own argument parser. The defaults run
 first measures the GPU's copy bandwidth (PyTorch, device to device) for the memory-bandwidth bound.
@@ -63,6 +66,7 @@ BENCH = {"concurrency": env_list("CONCURRENCY", "1,4,16,40,64", int),
 SIDE = env_list("SIDE", "1,16,64", int)
 BUDGET_S = float(os.environ.get("BUDGET_S", "540"))
 DROP = env_list("DROP", "")
+ADD = json.loads(os.environ.get("ADD") or "[]")
 os.makedirs(OUT, exist_ok=True)
 
 
@@ -180,6 +184,10 @@ CHOSEN = {  # what vLLM chose, from its log: (pattern, what)
     "cuda_graph_memory": r"Graph capturing finished in .*?([\d.]+ GiB)",
     "engine_init": r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+ s)",
     "spec_decode": r"speculative_config=(SpeculativeConfig\([^)]*\)|None)",
+    "fp8_linear_kernel": r"Selected (\S+) for Fp8LinearMethod",
+    "moe_config": r"(Using configuration from \S+ for MoE layer|Using default MoE config)",
+    "sampler": r"(Using FlashInfer for top-p & top-k sampling|FlashInfer top-p/top-k sampling \S+[^.\n]*)",
+    "deep_gemm_warmup": r"(DeepGemm\S* warmup[^\n]*?\d+/\d+[^\n]{0,40})",
 }
 
 
@@ -234,10 +242,26 @@ def left():
     return BUDGET_S - (time.time() - T0)
 
 
+def engine_env():
+    """The environment that picks the engine: ENGINE=trimmed sets VLLM_USE_DEEP_GEMM=0 and VLLM_USE_FLASHINFER_SAMPLER=0
+    (what the bundle without tests/gpu/carry.sh engine needs), served leaves vLLM's defaults and puts nvcc on PATH
+    (DeepGEMM and flashinfer compile their kernels with it), auto takes served where the bundle holds DeepGEMM's
+    headers and flashinfer."""
+    engine = os.environ.get("ENGINE", "auto")
+    if engine == "auto":
+        has = os.path.isdir(os.path.join(SITE, "vllm", "third_party", "deep_gemm", "include")) and os.path.isdir(
+            os.path.join(SITE, "flashinfer"))
+        engine = "served" if has else "trimmed"
+    if engine == "trimmed":
+        return engine, {"VLLM_USE_DEEP_GEMM": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    return engine, {"PATH": os.path.join(cuda, "bin") + ":" + os.environ.get("PATH", "")}
+
+
 def serve(argv, env_extra, name):
     from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError
-    env = dict(os.environ, PYTHONPATH=SITE + ":" + os.environ.get("PYTHONPATH", ""), VLLM_USE_FLASHINFER_SAMPLER="0",
-               HF_HUB_OFFLINE="1", VLLM_USE_DEEP_GEMM="0", **env_extra)
+    env = dict(os.environ, PYTHONPATH=SITE + ":" + os.environ.get("PYTHONPATH", ""), HF_HUB_OFFLINE="1",
+               **dict(engine_env()[1], **env_extra))
     logf = open(os.path.join(OUT, "vllm-%s.log" % name), "w")  # noqa: SIM115  closed by stop()
     start = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.cli.main"] + argv[1:], env=env, stdout=logf,
@@ -373,6 +397,8 @@ def run(mode):
         model = settings["llm_served_model_name"]
         out["parsed"] = check_args(argv)
         log("vLLM's parser took the rendered command: %s" % json.dumps(out["parsed"]))
+    argv = argv + ADD
+    out["engine"], out["engine_env"] = engine_env()
     out["command"] = " ".join(argv)
     out["served_as"] = model
     proc, logf, out["healthy_after_s"] = serve(argv, env, name)

@@ -3,7 +3,7 @@
 # torch 2.11.0), made here from PyPI into one ignored folder that a device call carries. The one
 # place that says what each script needs: tests/gpu/RESULTS.md, "Carrying what the scripts need".
 #
-#   bash tests/gpu/carry.sh [PART ...]       PART: preflight (default), sglang, vllm, tune
+#   bash tests/gpu/carry.sh [PART ...]       PART: preflight (default), sglang, vllm, engine, tune
 #
 # Into CARRY_DIR (default: .whl/ in the checkout, ignored by .gitignore):
 #   preflight  ansible/     ansible-core 2.19.14 and what the machine lacks of its needs (wheels)
@@ -15,6 +15,14 @@
 #                           packed as vllm-part-NN (<= 40 MiB each: a call carries 64 MiB, the checkout's
 #                           own ~4 MB included) + SHA256SUMS;
 #                           on the machine: bash tests/gpu/unpack_vllm.sh CARRY_DIR/vllm
+#   engine     engine/      beside vllm, what vLLM's image has on an H200 and the vllm part leaves out, so that vLLM
+#                           runs with its own defaults (no VLLM_USE_DEEP_GEMM=0, no VLLM_USE_FLASHINFER_SAMPLER=0):
+#                           DeepGEMM's JIT headers (vllm/third_party/deep_gemm/include, from the same vLLM wheel)
+#                           and flashinfer-python at the version vLLM's wheel pins (0.6.14 for 0.26.0), laid over
+#                           site/ and packed as engine-part-NN (<= 40 MiB) + SHA256SUMS;
+#                           on the machine: ENGINE_DIR=CARRY_DIR/engine bash tests/gpu/unpack_vllm.sh ...
+#                           (flashinfer-cubin at that version is not on PyPI, and flashinfer-jit-cache never is:
+#                           flashinfer compiles its sm90 kernels with the machine's nvcc at the engine's first start)
 #   tune       tune/        for tune_moe_reduced.py, beside vllm: Ray 2.60.0's wheel as ray-part-NN (79 MB, <= 40 MiB each)
 #                           and benchmark_moe.py, given as BENCHMARK_MOE_PY (vLLM 0.26.0's
 #                           benchmarks/kernels/benchmark_moe.py, from its source tree or sdist, as the
@@ -112,6 +120,27 @@ vllm() {
   rm -rf "$work"
 }
 
+engine() {
+  [[ -f $CARRY/engine/SHA256SUMS ]] && return
+  local work flashinfer
+  work=$(mktemp -d /tmp/vllm-engine.XXXX)
+  download "$work/whl" vllm==0.26.0
+  # The flashinfer-python that this vLLM wheel pins (Requires-Dist: flashinfer-python==X).
+  flashinfer=$(unzip -p "$work"/whl/vllm-*.whl '*.dist-info/METADATA' |
+    sed -n 's/^Requires-Dist: \(flashinfer-python==[^; ]*\).*/\1/p' | head -1)
+  [[ -n $flashinfer ]] || { echo "carry.sh engine: vLLM's wheel pins no flashinfer-python" >&2; exit 2; }
+  download "$work/fi" "$flashinfer"
+  "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-index --no-compile --target "$work/site" \
+    "$work"/fi/*.whl
+  # DeepGEMM's JIT headers (the vllm part drops them), from the same wheel; its _C for 3.12 is in the vllm part.
+  (cd "$work" && unzip -q whl/vllm-*.whl 'vllm/third_party/deep_gemm/include/*' -d site)
+  rm -rf "$CARRY/engine.tmp" && mkdir -p "$CARRY/engine.tmp"
+  tar -C "$work" -cf - site | xz -9e -T2 | split -b 40M -d -a 2 - "$CARRY/engine.tmp/engine-part-"
+  (cd "$CARRY/engine.tmp" && echo "$flashinfer" > versions && sha256sum engine-part-* versions > SHA256SUMS)
+  rm -rf "$work" "$CARRY/engine"
+  mv "$CARRY/engine.tmp" "$CARRY/engine"
+}
+
 tune() {
   [[ -f $CARRY/tune/SHA256SUMS ]] && return
   local benchmark=${BENCHMARK_MOE_PY:-}
@@ -126,8 +155,8 @@ tune() {
 mkdir -p "$CARRY"
 for part in "${PARTS[@]}"; do
   case $part in
-    preflight | sglang | vllm | tune) "$part" ;;
-    *) echo "carry.sh: no part $part (preflight, sglang, vllm, tune)" >&2; exit 2 ;;
+    preflight | sglang | vllm | engine | tune) "$part" ;;
+    *) echo "carry.sh: no part $part (preflight, sglang, vllm, engine, tune)" >&2; exit 2 ;;
   esac
   echo "$part: $(du -sh "$CARRY/$part" "$CARRY/ansible" "$CARRY/collections" "$CARRY/host" 2>/dev/null |
     awk -v p="$part" '$2 ~ ("/" p "$") || (p == "preflight" && $2 !~ /(sglang|vllm)$/) {printf "%s %s  ", $1, $2}')"
