@@ -235,7 +235,7 @@ start_testbed() {  # the test bed's own Docker daemon, stopped when this script 
 # key names the roots, and a root written after the key was computed made the second run after a
 # clone rerun every check. The image role's own defaults give the packages, suite and mirror.
 llamacpp_roots() {  # the roots the tests' image and router stages can take (each takes its newest)
-  (cd "$GPUSERVE_TEST_IMAGE_CACHE" 2>/dev/null && ls llama.cpp-*.tar vllm-router-root-*.tar 2>/dev/null) || true
+  (cd "$GPUSERVE_TEST_IMAGE_CACHE" 2>/dev/null && ls llama.cpp-*.tar vllm-router-root-*.tar gpuserve-front-*.tar 2>/dev/null) || true
 }
 
 debian_root() {  # debian_root NAME VERSION_OF PACKAGES_VARIABLE DEFAULTS_FILE: made unless one is kept
@@ -281,7 +281,9 @@ phase "test wheelhouse (requirements-host.txt + NVML double)" tests/testbed/whee
 together "llama.cpp root (debootstrap from Debian's packages, kept by version)" \
     debian_root llama.cpp llama.cpp-tools image_debian_packages roles/image/defaults/main.yml \
   -- "router root (debootstrap: python3, nginx; kept by version)" \
-    debian_root vllm-router-root nginx router_debian_packages roles/router/defaults/main.yml
+    debian_root vllm-router-root nginx router_debian_packages roles/router/defaults/main.yml \
+  -- "front root (debootstrap: nginx, its JavaScript module; kept by version)" \
+    debian_root gpuserve-front nginx front_debian_packages roles/front/defaults/main.yml
 inputs_key
 
 check_phase "yamllint" .venv/bin/yamllint -s .

@@ -176,8 +176,22 @@ CODES = {
         WARNING, "a check could not run because the host lacks a tool (named)",
         "Install the named tool on the host to have the check run."),
     "W_NO_AUTH": (
-        WARNING, "the API is bound beyond loopback without an API key",
-        "Set llm_api_key (from Ansible Vault) or bind llm_host to 127.0.0.1."),
+        WARNING, "a front is bound beyond loopback and asks no key (llm_client_keys and llm_api_key empty)",
+        "Set llm_client_keys (from Ansible Vault), or bind llm_host (router_bind) to 127.0.0.1."),
+    "W_SHARED_KEY": (
+        WARNING, "clients hold the engines' own key: llm_client_keys is empty, so the front takes llm_api_key",
+        "Give each client its own key in llm_client_keys (from Ansible Vault): a client key is then revoked by "
+        "reloading the fronts (--tags front), with no engine restart, and no client holds the engines' key."),
+    "W_ENGINE_PUBLIC": (
+        WARNING, "the engine listens on a public or wildcard address (llm_engine_public): its own routes (vLLM's "
+        "/invocations, /tokenize, /metrics) answer whoever reaches it, past the front",
+        "Bind llm_engine_host to 127.0.0.1, or to a private address the router hosts reach, and set llm_engine_public: "
+        "false; keep the engine's port closed to clients by a firewall until then."),
+    "E_FRONT": (
+        ERROR, "the front (nginx before the engine or the router) did not start, refused its configuration, or does "
+        "not answer /health",
+        "Read the front's log on the host (docker logs <llm_container_name>-front, or gpuserve-router-front) and check "
+        "that llm_port (router_port) is free there; a refused configuration names nginx's own words."),
     "W_WARM_INCOMPLETE": (
         WARNING, "the warm-up before LIVE ran out of its time (service_warm_timeout) before some shapes (named)",
         "The engine serves; the first requests at the named shapes pay for compilation. Raise service_warm_timeout "

@@ -17,6 +17,10 @@ import json
 import re
 import shlex
 
+# The OpenAI routes a front forwards to an engine (roles/front), each with its methods; every other path
+# is refused there. vLLM and SGLang serve the Responses API too; llama-server 0.7.0 does not.
+CHAT_ROUTES = {"/v1/chat/completions": ["POST"], "/v1/completions": ["POST"], "/v1/models": ["GET", "HEAD"]}
+
 PROFILES = {
     "vllm": {
         "version": "0.26.0",
@@ -28,6 +32,7 @@ PROFILES = {
         "pool": {"path": "/metrics", "parser": "vllm_metrics"},
         "running": {"path": "/metrics", "metric": "vllm:num_requests_running"},
         "api_key_env": "VLLM_API_KEY",  # the variable the template gives the key in
+        "front_routes": dict(CHAT_ROUTES, **{"/v1/responses": ["POST"]}),
     },
     "sglang": {
         "version": "0.5.5",
@@ -38,6 +43,7 @@ PROFILES = {
         "pool": {"path": "/get_server_info", "parser": "sglang_server_info"},
         "running": {"path": "/metrics", "metric": "sglang:num_running_reqs"},
         "api_key_env": "GPUSERVE_API_KEY",  # SGLang takes --api-key only: its template passes it through a shell
+        "front_routes": dict(CHAT_ROUTES, **{"/v1/responses": ["POST"]}),
     },
     "llamacpp": {
         "version": "Debian llama.cpp-tools",
@@ -49,6 +55,7 @@ PROFILES = {
         # Each slot says whether it is processing a request (/slots is on by default in 0.7.0).
         "running": {"path": "/slots", "slots": True},
         "api_key_env": "LLAMA_API_KEY",
+        "front_routes": CHAT_ROUTES,
         # What verify's video_input reports instead of running (libmtmd decodes video by running ffmpeg).
         "no_video": "llama.cpp 0.7.0 decodes video with ffmpeg and ffprobe, which the engine image does not have: "
                     "images only",

@@ -36,6 +36,13 @@ RANGES = {
     "llm_context": (1, None),
     "llm_max_tokens": (1, None),
     "llm_port": (1, 65535),
+    "llm_engine_port": (1, 65535),
+    "front_rate_per_key": (1, 100000),
+    "front_rate_burst": (0, 100000),
+    "front_connections_per_key": (1, 100000),
+    "front_connections_per_address": (1, 100000),
+    "front_body_max_kib": (1, 4 * 1024 * 1024),
+    "front_media_item_mib": (1, 1024),
     "llm_reserve_gib": (0, None),
     "llm_kv_cap_gib": (0, None),
     "llm_default_top_k": (0, None),
@@ -94,7 +101,12 @@ FORMS = {
 }
 URL_SETTINGS = ("host_venv_index_url", "weights_hf_endpoint", "verify_undrafted_url", "host_apt_mirror", "host_proxy",
                 "router_wheel_url")
-ADDRESS_SETTINGS = ("llm_host", "weights_rsync_bind", "router_bind", "router_metrics_host")
+ADDRESS_SETTINGS = ("llm_host", "llm_engine_host", "weights_rsync_bind", "router_bind", "router_metrics_host")
+CLIENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# A client key: printable ASCII without spaces (it travels in an Authorization header), long enough not to guess.
+CLIENT_KEY = re.compile(r"^[!-~]{16,512}$")
+# Control characters (C0, DEL, C1) and line or paragraph separators: never part of a secret.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 SERIAL = re.compile(r"^([1-9]\d*|([1-9]\d?|100)%)$")
 
 
@@ -334,12 +346,78 @@ def _check_router_ports(values, options, groups, findings):
         findings.append(finding("E_CONFIG", "router_port", "router_port, router_admin_port and router_metrics_port "
                                 "are %s: a router host needs three different ports" % ", ".join(
                                     str(ports[n]) for n in ROUTER_PORTS), variable="router_port"))
-    engine = values.get("llm_port", options.get("llm_port", {}).get("default"))
-    if "llm_hosts" in groups and engine in ports.values():
-        name = [n for n in ROUTER_PORTS if ports[n] == engine][0]
-        findings.append(finding("E_CONFIG", name, "this host is a router (llm_routers) and a worker (llm_hosts) on the "
-                                "same port: %s and llm_port are both %s; give the router another port" % (name, engine),
-                                variable=name, value=engine))
+    for port_name in ("llm_port", "llm_engine_port"):
+        engine = values.get(port_name, options.get(port_name, {}).get("default"))
+        if "llm_hosts" in groups and engine in ports.values():
+            name = [n for n in ROUTER_PORTS if ports[n] == engine][0]
+            findings.append(finding("E_CONFIG", name, "this host is a router (llm_routers) and a worker (llm_hosts) on "
+                                    "the same port: %s and %s are both %s; give the router another port" % (
+                                        name, port_name, engine), variable=name, value=engine))
+
+
+def _private(address):
+    """Loopback or a private address (RFC 1918, unique local, link-local): not reachable from the internet."""
+    ip = ipaddress.ip_address(address)
+    return not ip.is_unspecified and (ip.is_loopback or ip.is_private or ip.is_link_local)
+
+
+def _check_engine_bind(values, findings):
+    """The engine is reached by the front and the routers only: loopback or private, unless published on purpose."""
+    host = values.get("llm_engine_host")
+    if host is not None and not values.get("llm_engine_public") and not _private(host):
+        findings.append(finding(
+            "E_CONFIG", "llm_engine_host", "llm_engine_host is %r: the engine would answer whoever reaches that address "
+            "on its own routes (vLLM's key guards only /v1); allowed: 127.0.0.1, or a private address of the host "
+            "that the router hosts reach; set llm_engine_public: true to publish it anyway (W_ENGINE_PUBLIC)" % host,
+            variable="llm_engine_host", value=host, allowed="a loopback or private address"))
+    if values.get("llm_engine_port") is not None and values.get("llm_engine_port") == values.get("llm_port"):
+        findings.append(_bad("E_CONFIG", "llm_engine_port", values["llm_engine_port"],
+                             "a port other than llm_port (the front listens there)"))
+
+
+def _check_secrets(values, options, findings):
+    """Secrets are typed, pasted and templated: a control character or a space around one is a mistake (a newline
+    from a file, a trailing blank) that would fail at the engine or the front with no word. The value is never shown."""
+    for name in sorted(values):
+        if not options.get(name, {}).get("no_log"):
+            continue
+        value = values[name]
+        texts = [(name, value)] if isinstance(value, str) else (
+            [("%s[%r]" % (name, k), v) for k, v in sorted(value.items())] if isinstance(value, dict) else [])
+        for shown, text in texts:
+            if not isinstance(text, str):
+                continue
+            why = ("holds a control character" if CONTROL.search(text) else
+                   "has white space before or after it" if text != text.strip() else "")
+            if why:
+                findings.append(finding("E_CONFIG", shown, "%s %s (its value is not shown); allowed: the secret alone, "
+                                        "with no line break, tab or space around it" % (shown, why), variable=name))
+                values.pop(name, None)
+                break
+
+
+def _check_client_keys(values, findings):
+    """llm_client_keys: {client name: key}, each key its own and none the internal key (llm_api_key)."""
+    keys = values.get("llm_client_keys")
+    if keys is None:
+        return
+    problems = []
+    for client in sorted(keys, key=str):
+        key = keys[client]
+        if not isinstance(client, str) or not CLIENT_NAME.match(client):
+            problems.append("the client name %r is not letters, digits, '_', '.', '-' (up to 64)" % (client,))
+        elif not isinstance(key, str) or not CLIENT_KEY.match(key):
+            problems.append("the key of %r is not 16 to 512 printable ASCII characters without spaces (not shown)"
+                            % client)
+    given = [k for k in keys.values() if isinstance(k, str)]
+    if len(set(given)) < len(given):
+        problems.append("two clients share one key (not shown): each client needs its own to be revoked alone")
+    if values.get("llm_api_key") and values["llm_api_key"] in given:
+        problems.append("a client key is llm_api_key, the engines' internal key, which no client may hold")
+    if problems:
+        findings.append(finding("E_CONFIG", "llm_client_keys", "llm_client_keys: %s; allowed: {client name: key}, "
+                                "each key its own" % "; ".join(problems), variable="llm_client_keys"))
+        values.pop("llm_client_keys")
 
 
 def validate(settings, options, internal=(), groups=()):
@@ -428,5 +506,8 @@ def validate(settings, options, internal=(), groups=()):
             findings.append(finding("E_UNSUPPORTED", name, "%s is %r on %s: %s; %s" % (
                 name, values[name], engine, why, alternative), variable=name, engine=engine))
     _check_router_ports(values, options, groups, findings)
+    _check_secrets(values, options, findings)
+    _check_engine_bind(values, findings)
+    _check_client_keys(values, findings)
 
     return findings, values

@@ -4,7 +4,7 @@ llama-server \
   --no-mmproj \
   --alias tiny \
   --host 127.0.0.1 \
-  --port 8020 \
+  --port 18020 \
   --parallel 4 \
   --ctx-size 8192 \
   --cache-type-k bf16 \

@@ -2,8 +2,8 @@ GPUSERVE_API_KEY=<llm_api_key> \
 sh -c 'exec python3 -m sglang.launch_server "$@" --api-key "$GPUSERVE_API_KEY"' sglang \
   --model-path /models/zai-org/GLM-4.6V-FP8 \
   --served-model-name glm-4.6v \
-  --host 0.0.0.0 \
-  --port 8020 \
+  --host 127.0.0.1 \
+  --port 18020 \
   --tp-size 4 \
   --max-running-requests 40 \
   --context-length 131072 \

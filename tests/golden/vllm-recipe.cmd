@@ -1,8 +1,8 @@
 VLLM_API_KEY=<llm_api_key> \
 vllm serve /models/zai-org/GLM-4.6V-FP8 \
   --served-model-name glm-4.6v \
-  --host 0.0.0.0 \
-  --port 8020 \
+  --host 127.0.0.1 \
+  --port 18020 \
   --tensor-parallel-size 4 \
   --max-num-seqs 40 \
   --max-model-len 131072 \

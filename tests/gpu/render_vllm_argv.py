@@ -16,6 +16,7 @@ from ansible_collections.gpuserve.llm.plugins.filter.engines import engine_comma
 
 with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
     DEFAULTS = {k: v for k, v in yaml.safe_load(f).items() if "{{" not in str(v)}
+    DEFAULTS["llm_engine_port"] = DEFAULTS["llm_port"] + 10000  # its default: "{{ llm_port | int + 10000 }}"
 with open(os.path.join(ROOT, "inventories", "example", "group_vars", "llm_hosts", "settings.yml")) as f:
     RECIPE = dict(DEFAULTS, **yaml.safe_load(f))
 RECIPE.update(llm_api_key="sk-not-a-real-key", llm_model_dense="fp8")

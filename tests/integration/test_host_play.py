@@ -411,7 +411,9 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     good, badjson, badkey = short["good"], short["badjson"], short["badkey"]
     sh(docker_host, good, "docker rm -f foreign-job >/dev/null 2>&1; true")  # the refusal test's container
     write_in(docker_host, badjson, "cat > /etc/docker/daemon.json", json.dumps(FOREIGN_JSON))  # the admin mends it
-    engines = dict((short[k], "http://127.0.0.1:%d" % p) for k, p in ENGINE_PORTS.items())
+    # Each host's front on llm_port; its engine on loopback at llm_port + 10000 (the router's workers).
+    fronts = dict((short[k], "http://127.0.0.1:%d" % p) for k, p in ENGINE_PORTS.items())
+    engines = dict((short[k], "http://127.0.0.1:%d" % (p + 10000)) for k, p in ENGINE_PORTS.items())
 
     def inventory(**badkey_vars):
         """The fleet's inventory (hosts.yml), badkey's own variables added."""
@@ -459,7 +461,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     live = fleet.run()
     assert live.rc == 0, live
     for name in (good, badjson, badkey):
-        assert live.says("acme/tiny-chat-GGUF is now LIVE! on port %s" % engines[name].rsplit(":", 1)[1]), (name, live)
+        assert live.says("acme/tiny-chat-GGUF is now LIVE! on port %s" % fronts[name].rsplit(":", 1)[1]), (name, live)
         assert json.loads(sh(docker_host, name, "docker info --format '{{json .LiveRestoreEnabled}}'").stdout) is True
     # The weights fetched once from the hub (one download's bytes at the source: the other two copied them
     # over rsync from the first); llama.cpp tuned on one host, the other two took its result.
@@ -482,8 +484,8 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
 
     # The admin endpoints are not reachable on the public port: a client's remove is refused.
     refused = call("POST", front + "/remove_worker?url=" + urllib.parse.quote(engines[badkey], safe=""))
-    assert refused[0] == 403 and "only /v1/* and /health" in refused[1], refused
-    assert call("GET", front + "/list_workers")[0] == 403
+    assert refused[0] == 404 and "not served here" in refused[1], refused
+    assert call("GET", front + "/list_workers")[0] == 404
     assert router_workers() == sorted(engines.values())
     assert call("GET", front + "/health")[0] == 200
 
@@ -627,10 +629,13 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     for name in engines:
         for container in sh(docker_host, name, "docker ps -aq").stdout.split():
             data = json.loads(sh(docker_host, name, "docker inspect " + container).stdout)[0]
-            env = data["Config"].pop("Env") if "gpuserve.llm.engine" in (data["Config"]["Labels"] or {}) else []
-            assert not env or any(e.startswith("LLAMA_API_KEY=") for e in env), data["Name"]
+            labels = data["Config"]["Labels"] or {}
+            # The engines and the fronts hold the internal key in their environment (a front puts it in place of
+            # the client's key), the one place it must be.
+            env = data["Config"].pop("Env") if "gpuserve.llm.engine" in labels or "gpuserve.llm.front" in labels else []
+            assert not env or any(e.startswith(("LLAMA_API_KEY=", "GPUSERVE_UPSTREAM_KEY=")) for e in env), data["Name"]
             inspected["docker inspect %s on %s" % (data["Name"], name)] = json.dumps(data)
-    assert len(inspected) == 5, sorted(inspected)  # the three engines, the router and its front
+    assert len(inspected) == 8, sorted(inspected)  # the three engines and their fronts, the router and its front
     # remove.yml: the engines' containers and the router's go; the images stay.
     removed = fleet.run(playbook="playbooks/remove.yml")
     assert removed.rc == 0 and removed.says("the fleet endpoint is down: gpuserve-router-front and gpuserve-router "

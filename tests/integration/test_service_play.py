@@ -29,13 +29,16 @@ def get(url, key=API_KEY, body=None):
         return json.loads(r.read())
 
 
+ENGINE = "http://127.0.0.1:28130"
+
+
 @pytest.fixture
 def service(fleet, docker_host, tmp_path):
     prefix = "gpuserve-test-svc-%d" % os.getpid()
     fleet.host("cpu1", None, llm_port=18130, llm_container_name=prefix,
                image_debian_cache=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(tmp_path / "images")), **CPU)
     yield fleet, prefix
-    for name in containers(docker_host, prefix):
+    for name in list(containers(docker_host, prefix)) + [prefix + "-front"]:
         docker(docker_host, "rm", "-f", name, check=False)
 
 
@@ -59,7 +62,7 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
     assert first.says("warm-up in ") and first.says("; 4 streams ") and first.says("-token prompt "), first
     assert first.output.index("Warm the engine at the concurrencies") < first.output.index("is now LIVE! on port")
     assert API_KEY not in first.output
-    url = "http://127.0.0.1:18130"
+    url = "http://127.0.0.1:18130"  # the front; the engine listens on 127.0.0.1:28130 (llm_port + 10000)
     assert get(url + "/v1/models")["data"][0]["id"] == "tiny"
     with pytest.raises(urllib.error.HTTPError) as denied:
         get(url + "/v1/models", key="")
@@ -90,7 +93,10 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
     assert rolled.rc == 0 and rolled.recap["cpu1"]["changed"] >= 1, rolled
     now = containers(docker_host, prefix)
     assert list(now) == [prefix + "-b"] and now[prefix + "-b"][1]
-    assert len(get(url + "/slots")) == 2
+    assert len(get(ENGINE + "/slots")) == 2  # the engine's own route, on loopback
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        get(url + "/slots")  # not through the front
+    assert refused.value.code == 404
     assert rolled.says("KV pool: 4096 tokens")
 
     # --check says what would change and changes nothing.

@@ -28,6 +28,7 @@ with open(os.path.join(ROOT, "inventories", "local", "group_vars", "llm_hosts", 
     LOCAL = yaml.safe_load(f)
 with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
     DEFAULTS = {k: v for k, v in yaml.safe_load(f).items() if "{{" not in str(v)}
+    DEFAULTS["llm_engine_port"] = DEFAULTS["llm_port"] + 10000  # its default: "{{ llm_port | int + 10000 }}"
 
 RECIPE = dict(DEFAULTS, **EXAMPLE)
 RECIPE.update(llm_api_key="sk-recipe-SECRET", llm_model_dense="fp8")
@@ -221,7 +222,7 @@ def test_llamacpp_context_is_per_slot():
     argv = rendered("llamacpp-cpu")["argv"]
     opts = dict(zip(argv, argv[1:]))
     assert int(opts["--ctx-size"]) == LOCAL["llm_context"] * LOCAL["llm_parallel"]
-    assert opts["--host"] == "127.0.0.1" and opts["--port"] == str(LOCAL["llm_port"])
+    assert opts["--host"] == "127.0.0.1" and opts["--port"] == str(LOCAL["llm_port"] + 10000)
 
 
 LLAMA_VISION = {"llm_weights": "dummy", "llm_vision": True, "llm_media_urls": "any"}
@@ -389,6 +390,6 @@ def test_taking_the_drafter_flags_out_gives_the_undrafted_command(name, drafter)
     if settings["llm_engine"] == "llamacpp" and drafter == "ngram":
         pytest.skip("llama.cpp's template renders no ngram drafter")
     drafted = engine_command(dict(settings, llm_drafter=drafter), paths, facts)["argv"]
-    undrafted = engine_command(dict(settings, llm_drafter="off", llm_port=9021), paths, facts)["argv"]
+    undrafted = engine_command(dict(settings, llm_drafter="off", llm_engine_port=9021), paths, facts)["argv"]
     assert drafted != undrafted
     assert engines.undrafted_argv(drafted, settings["llm_engine"], 9021) == undrafted

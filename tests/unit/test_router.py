@@ -42,23 +42,6 @@ def test_every_router_flag_and_policy_is_in_vllm_router_0_1_17_help():
     assert set(SPECS.options["router_policy"]["choices"]) <= set(known)
 
 
-def _front(**changes):
-    with open(os.path.join(ROOT, "templates", "router-front.conf.j2")) as f:
-        return jinja2.Template(f.read()).render(dict(ROUTER, router_container_name="gpuserve-router", **changes))
-
-
-def test_the_front_forwards_only_v1_and_health_and_refuses_the_rest():
-    conf = _front()
-    locations = dict(re.findall(r"location (/v1/|= /health|/) \{(.*?)\}", conf, re.S))
-    assert sorted(locations) == ["/", "/v1/", "= /health"]
-    assert "proxy_pass http://router;" in locations["/v1/"] and "proxy_buffering off;" in locations["/v1/"]
-    assert "proxy_pass http://router/readiness;" in locations["= /health"]  # the router's /health says yes with 0 workers
-    assert "return 403" in locations["/"] and "proxy_pass" not in locations["/"]
-    assert "server 127.0.0.1:%d;" % ROUTER["router_admin_port"] in conf
-    assert "listen 0.0.0.0:%d;" % ROUTER["router_port"] in conf
-    assert "listen [fd00::7]:9000;" in _front(router_bind="fd00::7", router_port=9000)
-
-
 @pytest.mark.parametrize("engine, text, running", [
     ("llamacpp", json.dumps([{"id": 0, "is_processing": True}, {"id": 1, "is_processing": False}]), 1),
     ("llamacpp", json.dumps([{"id": 0, "is_processing": False}]), 0),
@@ -78,7 +61,8 @@ def test_a_router_reaches_an_engine_at_its_bind_or_at_the_hosts_address():
 
 
 def _findings(groups, **settings):
-    given = dict(LLM, llm_context=LLM["llm_model_max_context"], llm_model_dense="fp8", **settings)
+    given = dict(LLM, llm_context=LLM["llm_model_max_context"], llm_model_dense="fp8", llm_engine_port=18020)
+    given.update(settings)
     return [f for f in validate(given, SPECS.options, SPECS.internal, groups)[0] if f["severity"] == "error"]
 
 
@@ -97,5 +81,8 @@ def test_a_router_host_that_is_a_worker_on_the_same_port_is_refused():
     assert admin["subject"] == "router_admin_port"
     assert _findings(["llm_hosts"], llm_port=8000) == []  # no router here
     assert _findings(["llm_hosts", "llm_routers"], llm_port=8020) == []
+    [engine] = _findings(["llm_hosts", "llm_routers"], llm_engine_port=8002)  # the engine's own port clashes too
+    assert engine["subject"] == "router_metrics_port" and "router_metrics_port and llm_engine_port are both 8002" \
+        in engine["message"]
     [same] = _findings(["llm_routers"], router_port=9000, router_metrics_port=9000)
     assert "a router host needs three different ports" in same["message"]

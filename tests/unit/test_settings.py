@@ -14,7 +14,8 @@ OPTIONS = SPECS.options
 with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
     DEFAULTS = yaml.safe_load(f)
 # As Ansible templates them for the recipe's model.
-DEFAULTS.update(llm_context=DEFAULTS["llm_model_max_context"], llm_model_dense="fp8", llm_data_dir="/var/lib/gpuserve",
+DEFAULTS.update(llm_context=DEFAULTS["llm_model_max_context"], llm_engine_port=DEFAULTS["llm_port"] + 10000,
+                llm_model_dense="fp8", llm_data_dir="/var/lib/gpuserve",
                 llm_hf_cache_dir="/var/lib/gpuserve/hf", llm_cache_dir="/var/lib/gpuserve/cache")
 CPU = dict(DEFAULTS, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4",
            llm_model_dense="q4", llm_kv_cap_gib=0, llm_reserve_gib=0, llm_drafter="off")

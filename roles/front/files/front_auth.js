@@ -1,0 +1,26 @@
+// gpuserve.llm front (roles/front): the request's credential, never a key kept here.
+// digest: the SHA-256 of the bearer token, as hex. The configuration maps digests to client names, so
+// the front holds no client key, and the lookup's timing depends on a digest, which says nothing of
+// a key that does not match (as comparing HMACs does).
+// upstream: the Authorization the engine or the router gets instead: the internal key, from the
+// container's environment (env GPUSERVE_UPSTREAM_KEY in the configuration), or nothing.
+var crypto = require('crypto');
+
+function digest(r) {
+    var header = r.headersIn['Authorization'];
+    if (!header) {
+        return '';
+    }
+    var m = /^Bearer[ ]+([!-~]{1,512})$/.exec(header);
+    if (!m) {
+        return '';
+    }
+    return crypto.createHash('sha256').update(m[1]).digest('hex');
+}
+
+function upstream(r) {
+    var key = process.env.GPUSERVE_UPSTREAM_KEY || '';
+    return key ? 'Bearer ' + key : '';
+}
+
+export default {digest, upstream};

@@ -1,0 +1,122 @@
+"""The front (roles/front, templates/front.conf.j2): what it lets through is an exact allow-list, what it sends
+upstream is the route's own path with the internal key, and it holds digests of the client keys, never a key.
+Its behaviour against real requests is tested through a real nginx in the playbook tests (test_host_play)."""
+import hashlib
+import os
+import re
+
+import jinja2
+import pytest
+import yaml
+
+from ansible_collections.gpuserve.llm.plugins.module_utils import engines
+from ansible_collections.gpuserve.llm.plugins.module_utils.settings import load_specs, validate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPECS = load_specs(ROOT)
+with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
+    LLM = {k: v for k, v in yaml.safe_load(f).items() if "{{" not in str(v)}
+LLM.update(llm_context=LLM["llm_model_max_context"], llm_model_dense="fp8", llm_engine_port=18020)
+CLIENTS = {"alice": "sk-alice-0123456789abcdef", "ci.bot": "sk-ci-bot-0123456789abcdef"}
+
+
+def render(**changes):
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters["hash"] = lambda value, kind: hashlib.new(kind, value.encode()).hexdigest()
+    with open(os.path.join(ROOT, "templates", "front.conf.j2")) as f:
+        template = env.from_string(f.read())
+    context = dict(front_name="gpuserve-llm-front", front_stage="service", front_workers=2, front_worker_connections=1024,
+                   front_clients=CLIENTS, front_body_max_kib=192, front_rate_per_key=20, front_rate_burst=40,
+                   front_connections_per_key=8, front_connections_per_address=16, front_retry_after=1,
+                   front_listen="0.0.0.0:8020", front_upstream="127.0.0.1:18020", front_health_path="/health",
+                   front_routes=engines.PROFILES["vllm"]["front_routes"])
+    context.update(changes)
+    return template.render(**context)
+
+
+def locations(conf):
+    return dict(re.findall(r"\n        location (= \S+|/|@\w+) \{\n(.*?)\n        \}(?=\n)", conf, re.S))
+
+
+def test_only_the_engines_openai_routes_and_health_are_forwarded_each_to_its_own_path():
+    found = locations(render())
+    proxied = sorted(k for k, v in found.items() if "proxy_pass" in v)
+    assert proxied == ["= /health", "= /v1/chat/completions", "= /v1/completions", "= /v1/models", "= /v1/responses"]
+    for name in proxied:
+        path = name[2:]
+        body = found[name]
+        # The upstream gets the route's fixed path (a variable: no client URI, no query string appended).
+        assert "set $gpuserve_path %s;" % path in body and "proxy_pass http://gpuserve_upstream$gpuserve_path;" in body
+    assert "return 404" in found["/"] and "proxy_pass" not in found["/"]
+    assert "POST" in found["= /v1/chat/completions"] and "return 405" in found["= /v1/chat/completions"]
+    # llama-server 0.7.0 serves no Responses API: its front does not forward one.
+    assert "= /v1/responses" not in locations(render(front_routes=engines.PROFILES["llamacpp"]["front_routes"]))
+    assert "set $gpuserve_path /readiness;" in locations(render(front_health_path="/readiness"))["= /health"]
+
+
+def test_a_client_key_is_checked_by_its_digest_and_replaced_by_the_internal_key():
+    conf = render()
+    for name, key in CLIENTS.items():
+        assert key not in conf
+        assert '"%s" "%s";' % (hashlib.sha256(key.encode()).hexdigest(), name) in conf
+    route = locations(conf)["= /v1/chat/completions"]
+    assert 'if ($gpuserve_client = "") {\n                return 401' in route
+    assert "proxy_set_header Authorization $gpuserve_upstream_auth;" in route
+    assert "env GPUSERVE_UPSTREAM_KEY;" in conf  # the internal key comes from the container's environment
+    # No client keys: nobody is asked (the map's default is a name), and limits count per address.
+    assert 'default "-";' in render(front_clients={}) and 'default "";' not in render(front_clients={})
+
+
+def test_the_limits_are_the_settings():
+    conf = render(front_body_max_kib=300, front_rate_per_key=7, front_rate_burst=3, front_connections_per_key=5,
+                  front_connections_per_address=9, front_retry_after=2)
+    assert "client_max_body_size 300k;" in conf and "rate=7r/s;" in conf
+    route = locations(conf)["= /v1/completions"]
+    assert "limit_req zone=gpuserve_rate burst=3 nodelay;" in route
+    assert "limit_conn gpuserve_key_conn 5;" in route and "limit_conn gpuserve_addr_conn 9;" in route
+    assert "add_header Retry-After 2 always;" in locations(conf)["@too_many"]
+    assert "listen [fd00::7]:9000;" in render(front_listen="[fd00::7]:9000")
+
+
+def errors(**settings):
+    given = dict(LLM, **settings)
+    return [f for f in validate(given, SPECS.options, SPECS.internal)[0] if f["severity"] == "error"]
+
+
+@pytest.mark.parametrize("name, value", [
+    ("llm_api_key", "sk-internal-key\n"), ("llm_api_key", " sk-internal-key"), ("llm_api_key", "sk-in\x00ternal"),
+    ("llm_hf_token", "hf_abc\t"), ("llm_hf_token", "hf_abc\u2028def"),
+    ("llm_client_keys", {"alice": "sk-alice-0123456789abcdef\r\n"}),
+])
+def test_a_secret_with_a_control_character_or_white_space_around_it_is_refused_never_shown(name, value):
+    [found] = errors(**{name: value})
+    assert found["code"] == "E_CONFIG" and found["subject"].startswith(name)
+    assert "(its value is not shown)" in found["message"]
+    secret = value if isinstance(value, str) else list(value.values())[0]
+    assert secret.strip() not in repr(found)
+
+
+@pytest.mark.parametrize("keys, says", [
+    ({"alice": "short"}, "the key of 'alice' is not 16 to 512 printable ASCII characters"),
+    ({"al ice": "sk-alice-0123456789abcdef"}, "the client name 'al ice' is not"),
+    ({"a": "sk-same-0123456789abcdef", "b": "sk-same-0123456789abcdef"}, "two clients share one key"),
+    ({"a": "sk-internal-0123456789abcdef"}, "a client key is llm_api_key"),
+])
+def test_client_keys_are_named_long_and_each_their_own(keys, says):
+    [found] = errors(llm_client_keys=keys, llm_api_key="sk-internal-0123456789abcdef")
+    assert found["code"] == "E_CONFIG" and found["subject"] == "llm_client_keys" and says in found["message"]
+    assert "0123456789abcdef" not in found["message"]
+    assert errors(llm_client_keys=CLIENTS, llm_api_key="sk-internal-0123456789abcdef") == []
+
+
+@pytest.mark.parametrize("host, public, refused", [
+    ("127.0.0.1", False, False), ("10.1.2.3", False, False), ("fd00::5", False, False), ("::1", False, False),
+    ("0.0.0.0", False, True), ("::", False, True), ("1.2.3.4", False, True), ("0.0.0.0", True, False),
+])
+def test_the_engine_binds_to_loopback_or_a_private_address_unless_published_on_purpose(host, public, refused):
+    found = errors(llm_engine_host=host, llm_engine_public=public)
+    assert [f["subject"] for f in found] == (["llm_engine_host"] if refused else [])
+    if refused:
+        assert "llm_engine_public: true" in found[0]["message"]
+    [same] = errors(llm_engine_port=LLM["llm_port"])
+    assert same["subject"] == "llm_engine_port"
