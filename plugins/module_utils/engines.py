@@ -20,7 +20,7 @@ import shlex
 PROFILES = {
     "vllm": {
         "version": "0.26.0",
-        # The image names the version; pin its digest in llm_image (README).
+        # The image names the version; pin its digest in llm_image (docs/service.md).
         "image": "vllm/vllm-openai:v0.26.0",
         "template": "vllm.j2",
         "gpu": True,

@@ -1,14 +1,22 @@
 """docs/ is the project's own reference: its flag table is what the templates render, the settings it
-names exist, and nothing in the repository points outside it for what a reader needs."""
+names exist, its settings and codes tables are what the specs and the catalogue give, its links lead
+somewhere, the README is a front page that links every page, and nothing in the repository points
+outside it for what a reader needs."""
 import glob
+import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import gen_docs  # noqa: E402
+
+DOCS = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 ENGINES = ("vllm", "sglang", "llamacpp")
 FLAG = re.compile(r"--[a-z][a-z0-9-]*")
 
@@ -72,3 +80,66 @@ def test_no_file_points_outside_the_repository():
             text = f.read().decode("utf-8", "replace")
         found += ["%s:%d" % (name, text.count("\n", 0, m.start()) + 1) for m in outside.finditer(text)]
     assert found == []
+
+
+def role_specs():
+    """{role: {entry point: options}} for every role: its meta/argument_specs.yml, else the argument_specs of its
+    meta/main.yml (the job role: parameters its callers give, not settings)."""
+    specs = {}
+    for role in sorted(os.listdir(os.path.join(ROOT, "roles"))):
+        for name in ("argument_specs.yml", "main.yml"):
+            path = os.path.join(ROOT, "roles", role, "meta", name)
+            if os.path.exists(path):
+                with open(path) as f:
+                    entries = (yaml.safe_load(f) or {}).get("argument_specs")
+                if entries:
+                    specs[role] = {entry: spec.get("options") or {} for entry, spec in entries.items()}
+                    break
+    return specs
+
+
+def test_the_settings_and_codes_tables_are_what_their_sources_give():
+    """docs/settings.md from every role's meta/argument_specs.yml, docs/codes.md from the catalogue: a spec or
+    a code changed without `scripts/gen_docs.py` fails here."""
+    for path, text in gen_docs.rendered().items():
+        assert read(path) == text, "run: .venv/bin/python scripts/gen_docs.py (%s)" % path
+    settings = read(gen_docs.SETTINGS_DOC)
+    for role, entries in role_specs().items():
+        if not os.path.exists(os.path.join(ROOT, "roles", role, "meta", "argument_specs.yml")):
+            continue  # parameters, not settings (the job role)
+        assert "### `%s`" % role in settings, role
+        for options in entries.values():
+            for name in options:
+                assert "| `%s` |" % name in settings, name
+
+
+def slug(heading):
+    """A heading's anchor as GitHub makes it."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_in_the_readme_and_docs_leads_somewhere():
+    broken = []
+    for doc in ["README.md"] + DOCS:
+        text = re.sub(r"```.*?```", "", read(doc), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto
+            path, _, anchor = target.partition("#")
+            full = os.path.normpath(os.path.join(ROOT, os.path.dirname(doc), path)) if path else os.path.join(ROOT, doc)
+            if not os.path.exists(full):
+                broken.append("%s: %s" % (doc, target))
+            elif anchor and full.endswith(".md"):
+                with open(full) as f:
+                    anchors = {slug(h) for h in re.findall(r"(?m)^#+ (.+)$", f.read())}
+                if anchor not in anchors:
+                    broken.append("%s: %s" % (doc, target))
+    assert broken == []
+
+
+def test_the_readme_is_a_front_page_that_links_every_docs_page():
+    readme = read("README.md")
+    assert readme.count("\n") < 250
+    linked = set(re.findall(r"\]\((docs/[^)#\s]+)", readme))
+    assert sorted(set(DOCS) - linked) == []
+    assert "<!-- codes:start" not in readme and "<!-- settings:start" not in readme  # the tables live in docs/
