@@ -1,7 +1,7 @@
 """docs/ is the project's own reference: its flag table is what the templates render, the settings it
-names exist, its settings and codes tables are what the specs and the catalogue give, its links lead
-somewhere, the README is a front page that links every page, and nothing in the repository points
-outside it for what a reader needs."""
+names exist, its settings and codes tables are what the specs and the catalogue give, every role's
+options show in ansible-doc, its links lead somewhere, the README is a front page that links every page,
+and nothing in the repository points outside it for what a reader needs."""
 import glob
 import json
 import os
@@ -96,6 +96,32 @@ def role_specs():
                     specs[role] = {entry: spec.get("options") or {} for entry, spec in entries.items()}
                     break
     return specs
+
+
+def test_every_role_has_an_argument_spec_and_every_option_a_description():
+    specs = role_specs()
+    assert sorted(specs) == sorted(os.listdir(os.path.join(ROOT, "roles")))
+    missing = ["%s %s %s" % (role, entry, name) for role, entries in specs.items() for entry, options in entries.items()
+               for name, option in options.items() if not option.get("description")]
+    assert missing == []
+
+
+def test_ansible_doc_shows_every_roles_options():
+    """`ansible-doc -t role gpuserve.llm.<role>`, as a user runs it from a checkout (ansible.cfg finds the
+    collection through .collections/), gives every entry point and every option of each role's spec."""
+    specs = role_specs()
+    ansible_doc = os.path.join(os.path.dirname(sys.executable), "ansible-doc")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".collections"))
+    out = subprocess.run([ansible_doc, "-t", "role", "-j"] + ["gpuserve.llm.%s" % r for r in specs], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=True)
+    shown = json.loads(out.stdout)
+    for role, entries in specs.items():
+        points = shown["gpuserve.llm.%s" % role]["entry_points"]
+        assert sorted(points) == sorted(entries), role
+        for entry, options in entries.items():
+            doc_options = points[entry].get("options") or {}
+            assert sorted(doc_options) == sorted(options), (role, entry)
+            assert all(o.get("description") for o in doc_options.values()), (role, entry)
 
 
 def test_the_settings_and_codes_tables_are_what_their_sources_give():
