@@ -15,6 +15,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import gen_docs  # noqa: E402
+from ansible_collections.gpuserve.llm.plugins.module_utils.settings import VALIDATION_FACTS  # noqa: E402
 
 DOCS = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 ENGINES = ("vllm", "sglang", "llamacpp")
@@ -56,12 +57,18 @@ def test_every_setting_the_docs_name_exists():
             options |= set(re.findall(r"\b([a-z][a-z0-9_]*) \| default\(", f.read()))
     groups = {"llm_hosts", "llm_routers"}  # inventory groups, not settings
     groups |= set(os.listdir(os.path.join(ROOT, "roles")))  # role names (`host_venv`), not settings
-    prefixes = "llm|preflight|host|image|weights|autotune|service|verify|bench"
+    groups |= set(VALIDATION_FACTS)  # what validation hands on (`llm_settings`), not settings
+    with open(os.path.join(ROOT, "roles", "verify", "defaults", "main.yml")) as f:
+        groups |= set(yaml.safe_load(f)["verify_checks"])  # verify's checks (`image_input`), not settings
+    prefixes = "llm|preflight|host|image|weights|autotune|service|router|verify|bench"
     named = set()
     for doc in ("design.md", "engines.md"):
         named |= set(re.findall(r"`((?:%s)_[a-z0-9_]+)`" % prefixes, read("docs", doc)))
     assert len(named) > 20
     assert sorted(named - options - groups) == []
+    for doc in DOCS + ["README.md"]:  # every page, the README too
+        named = set(re.findall(r"`((?:%s)_[a-z0-9_]+)`" % prefixes, read(doc)))
+        assert sorted(named - options - groups) == [], doc
 
 
 def test_no_file_points_outside_the_repository():
