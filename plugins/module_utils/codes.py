@@ -183,7 +183,8 @@ CODES = {
         "The engine serves; the first requests at the named shapes pay for compilation. Raise service_warm_timeout "
         "or warm fewer concurrencies (service_warm_concurrency)."),
     "W_UNKNOWN_SETTING": (
-        WARNING, "an llm_ variable the collection does not know (a typo?)",
+        WARNING, "a variable with a setting's prefix (llm_, or a role's such as preflight_) that the collection does "
+        "not know (a typo?)",
         "Check the variable's spelling against docs/settings.md (ansible-doc -t role gpuserve.llm.<role>)."),
     "I_GPU_CHECKS_SKIPPED": (
         INFO, "the profile uses no GPUs (llm_gpus is empty), so the GPU checks did not run",
