@@ -3,8 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """The one catalogue of finding codes.
 
-Every failure or warning the collection reports carries a code from CODES. The README's
-codes table is rendered from this file (scripts/codes_table.py) and a unit test keeps the
+Every failure or warning the collection reports carries a code from CODES. The codes table
+of docs/codes.md is rendered from this file (scripts/gen_docs.py) and a unit test keeps the
 two equal.
 """
 
@@ -197,8 +197,9 @@ CODES = {
         "The engine serves; the first requests at the named shapes pay for compilation. Raise service_warm_timeout "
         "or warm fewer concurrencies (service_warm_concurrency)."),
     "W_UNKNOWN_SETTING": (
-        WARNING, "an llm_ variable the collection does not know (a typo?)",
-        "Check the variable's spelling against the README's settings table."),
+        WARNING, "a variable with a setting's prefix (llm_, or a role's such as preflight_) that the collection does "
+        "not know (a typo?)",
+        "Check the variable's spelling against docs/settings.md (ansible-doc -t role gpuserve.llm.<role>)."),
     "I_GPU_CHECKS_SKIPPED": (
         INFO, "the profile uses no GPUs (llm_gpus is empty), so the GPU checks did not run",
         "Nothing to do for a CPU profile; set llm_gpus to a list of GPU indices to run them."),

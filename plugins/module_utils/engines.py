@@ -24,7 +24,7 @@ CHAT_ROUTES = {"/v1/chat/completions": ["POST"], "/v1/completions": ["POST"], "/
 PROFILES = {
     "vllm": {
         "version": "0.26.0",
-        # The image names the version; pin its digest in llm_image (README).
+        # The image names the version; pin its digest in llm_image (docs/service.md).
         "image": "vllm/vllm-openai:v0.26.0",
         "template": "vllm.j2",
         "gpu": True,

@@ -10,14 +10,15 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: validate_settings
-short_description: Validate the llm_ settings before anything changes
+short_description: Validate every setting (the llm_ ones and every role's knobs) before anything changes
 version_added: "0.1.0"
 description:
-  - Checks every llm_ setting against the llm role's argument spec (types, choices), then ranges,
+  - Checks every setting in scope (the llm_ ones and every role's knobs, read by the roles' prefixes) against the
+    roles' argument specs (types, choices), then ranges,
     cross-field rules (llm_max_tokens within llm_context, llm_context within llm_model_max_context, unique GPU
     indices, a well-formed port and bind address) and what the chosen engine can honour.
   - Each failure is a finding - E_CONFIG, E_CONTEXT or E_UNSUPPORTED - naming the variable, the value and what
-    is allowed; an llm_ variable the collection does not know is W_UNKNOWN_SETTING.
+    is allowed; a variable with a setting's prefix that the collection does not know is W_UNKNOWN_SETTING.
   - Runs on the controller (an action plugin); needs nothing from the host and changes nothing. Secret values
     (options with no_log) are never shown.
 author:

@@ -1,4 +1,5 @@
-"""The one catalogue of codes: the design's table (docs/design.md) is in it, the README's table is rendered from it."""
+"""The one catalogue of codes: the design's table (docs/design.md) is in it, docs/codes.md's table is
+rendered from it."""
 import os
 import re
 import subprocess
@@ -8,7 +9,7 @@ from ansible_collections.gpuserve.llm.plugins.module_utils import codes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-import codes_table  # noqa: E402
+import gen_docs  # noqa: E402
 
 
 def design_codes():
@@ -34,13 +35,15 @@ def test_every_code_has_meaning_and_fix_and_a_severity_matching_its_prefix():
         assert len(when) > 10 and len(fix) > 20, code
 
 
-def test_readme_table_is_the_rendered_catalogue():
-    with open(os.path.join(ROOT, "README.md")) as f:
-        readme = f.read()
-    assert codes_table.START in readme and codes_table.END in readme
-    assert readme == codes_table.readme_with_table(readme), "run: python3 scripts/codes_table.py --write"
+def test_codes_doc_table_is_the_rendered_catalogue():
+    with open(os.path.join(ROOT, gen_docs.CODES_DOC)) as f:
+        doc = f.read()
+    start, end = gen_docs.CODES_MARKERS
+    assert start in doc and end in doc
+    assert doc == gen_docs.with_table(doc, gen_docs.CODES_MARKERS, gen_docs.codes_table()), \
+        "run: .venv/bin/python scripts/gen_docs.py"
     for code in codes.CODES:
-        assert "| `%s` |" % code in readme
+        assert "| `%s` |" % code in doc
 
 
 def test_finding_refuses_an_unknown_code():

@@ -306,14 +306,15 @@ def test_pool_from_llamacpp_slots():
 
 
 def _readme_engine_table():
-    with open(os.path.join(ROOT, "README.md")) as f:
+    """The engine table of docs/service.md (it was the README's)."""
+    with open(os.path.join(ROOT, "docs", "service.md")) as f:
         text = f.read()
     block = text.split("<!-- engine-table -->")[1].split("<!-- /engine-table -->")[0]
     rows = [r.strip().strip("|").split("|") for r in block.strip().splitlines()[2:]]
     return {r[0].strip(): dict(zip(("vllm", "sglang", "llamacpp"), (c.strip() for c in r[1:]))) for r in rows}
 
 
-# For each README cell that says "refused", a value of that setting the engine refuses.
+# For each cell of the engine table (docs/service.md) that says "refused", a value of that setting the engine refuses.
 REFUSALS = {
     ("`llm_gpus`", "vllm"): {"llm_gpus": []},
     ("`llm_gpus`", "sglang"): {"llm_gpus": []},
