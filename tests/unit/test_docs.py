@@ -158,7 +158,7 @@ def test_every_link_in_the_readme_and_docs_leads_somewhere():
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
             if re.match(r"[a-z]+:", target):
                 continue  # http(s), mailto
-            path, _, anchor = target.partition("#")
+            path, anchor = (target.split("#", 1) + [""])[:2]
             full = os.path.normpath(os.path.join(ROOT, os.path.dirname(doc), path)) if path else os.path.join(ROOT, doc)
             if not os.path.exists(full):
                 broken.append("%s: %s" % (doc, target))

@@ -1,11 +1,10 @@
-"""The router stage's pieces that need no router: its command line against vllm-router 0.1.17's help,
-the front's configuration, the engines' running-request counts the drain waits on, the fleet URL, and
+"""The router stage's pieces that need no router: its command line against vllm-router 0.1.17's help
+(its front: test_front.py), the engines' running-request counts the drain waits on, the fleet URL, and
 the settings rules (a policy the router lacks, a router host whose ports collide)."""
 import json
 import os
 import re
 
-import jinja2
 import pytest
 import yaml
 
