@@ -62,6 +62,15 @@ options:
     description: An undrafted server of the same configuration, for drafted = undrafted (empty for none).
     type: str
     default: ""
+  engine_url:
+    description:
+      - The engine's own address, where its counters (/metrics) are read; a front serves no /metrics. Empty - O(url).
+    type: str
+    default: ""
+  engine_api_key:
+    description: The key the engine itself takes (the internal key), for its counters and the undrafted server.
+    type: str
+    default: ""
   undrafted_how:
     description: How the undrafted server came to be, for the report.
     type: str
@@ -225,6 +234,8 @@ def main():
             checks=dict(type="list", elements="str", default=list(verify.CHECKS)),
             drafter=dict(type="str", default="off"),
             undrafted_url=dict(type="str", default=""),
+            engine_url=dict(type="str", default=""),
+            engine_api_key=dict(type="str", default="", no_log=True),
             undrafted_how=dict(type="str", default="a second, undrafted server"),
             undrafted_missing=dict(type="str", default="no undrafted server to compare with"),
             dummy=dict(type="bool", default=False),
@@ -261,12 +272,15 @@ def main():
     room = p["context"] - p["needle_max_tokens"] - 16
     p["needle_sizes"] = [int(s * room) if s <= 1 else int(s) for s in p["needle_sizes"]]
     client = Client(p["url"], p["api_key"], p["model"], p["timeout"])
+    engine_key = p["engine_api_key"] or p["api_key"]
+    if p["engine_url"]:  # the front serves no /metrics: the engine's counters are read at its own address
+        client.metrics = Client(p["engine_url"], engine_key, p["model"], p["timeout"]).metrics
     try:
         models = [m.get("id") for m in json.loads(client.get_text("/v1/models")).get("data", [])]
     except (EndpointError, ValueError) as e:
         message = "the engine does not answer for verify: %s" % e
         fail(module, "E_ENDPOINT", p["url"], message)
-    undrafted = Client(p["undrafted_url"], p["api_key"], p["model"], p["timeout"]) if p["undrafted_url"] else None
+    undrafted = Client(p["undrafted_url"], engine_key, p["model"], p["timeout"]) if p["undrafted_url"] else None
     start = time.time()
     checks, hashes = verify.Verifier(client, p, undrafted, StepFile(p["progress_file"], len(verify.CHECKS))).run(p["checks"], p["saved_hashes"])
     module.exit_json(changed=False, checks=checks, summary=verify.summary(checks), hashes=hashes,
