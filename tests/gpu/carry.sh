@@ -105,8 +105,9 @@ vllm() {
   download "$work/whl" -r "$REPO/tests/gpu/vllm-deps.txt"
   "$py312" -m venv "$work/venv"
   "$work/venv/bin/python" -m pip install -q --no-deps --no-index --no-compile --target "$work/site" "$work"/whl/*.whl
-  # What a bf16/fp8 model on an H200 (sm90, FlashAttention 3) never loads; flashinfer stays out too,
-  # hence VLLM_USE_FLASHINFER_SAMPLER=0 (and DeepGEMM's headers: VLLM_USE_DEEP_GEMM=0).
+  # What a bf16/fp8 model on an H200 (sm90, FlashAttention 3) never loads, and DeepGEMM's headers (flashinfer is
+  # not downloaded): without the engine part, VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_USE_DEEP_GEMM=0. vLLM's defaults on
+  # sm90 use both (block-FP8 linears, sampler; h200-engine-as-served-2026-12-02): the engine part carries them.
   rm -f "$work"/site/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so "$work"/site/vllm/vllm-rs \
     "$work"/site/vllm/third_party/deep_gemm/_C.cpython-31[0134]-*.so "$work"/site/vllm/_qutlass_C.abi3.so \
     "$work"/site/vllm/_flashmla_C.abi3.so "$work"/site/vllm/_flashmla_extension_C.abi3.so

@@ -3,6 +3,7 @@ own torch profiler (vLLM 0.26.0: --profiler-config, POST /start_profile and /sto
 vLLM importable (tests/gpu/RESULTS.md, "Carrying what the scripts need"):
 
     python3 tests/gpu/profile_step.py OUTDIR [SITE]
+    python3 tests/gpu/profile_step.py OUTDIR analyse TRACE...   # the tables again from traces a run left (no GPU)
 
 The command: the example recipe's, rendered by templates/vllm.j2 for one GPU and a text model as
 bench_recipe_vs_defaults.py renders it (llm_drafter DRAFTER, default off; DROP and ADD as there), served on the
@@ -80,6 +81,8 @@ FAMILIES = [
     ("sampling", r"[Ss]ampl|ArgMax|argmax|TopKTopP|TopPRenorm|TopKRenorm|TopKMask|RadixTopK|top_k_top_p|topk_topp|"
                  r"[Ss]oft[Mm]ax|gumbel|[Ee]xponential|distribution_"),
 ]
+ATTENTION_MAIN = re.compile(r"FlashAttnFwdSm|flash_fwd_kernel|flash_fwd_splitkv_kernel|BatchDecodeWithPagedKVCache|"
+                            r"BatchPrefillWithPagedKVCache")  # one a layer a step
 GEMM_LIKE = re.compile(r"gemm|gemv|nvjet|xmma|cublas|cutlass|matmul|wgmma|splitK", re.I)
 FAMILY_ORDER = ["block-FP8 GEMMs", "fused_moe", "attention", "other", "norms, rotary, activation", "lm_head",
                 "sampling"]
@@ -255,7 +258,7 @@ class Decode(threading.Thread):
                      "stream_options": {"include_usage": True}}
         if sampling == "greedy":
             self.body["temperature"] = 0
-        self.client, self.times, self.usage, self.error, self._stop = client, [], None, None, threading.Event()
+        self.client, self.times, self.usage, self.error, self._halt = client, [], None, None, threading.Event()
         self.conn = None
 
     def run(self):
@@ -266,7 +269,7 @@ class Decode(threading.Thread):
                 return
             for raw in lines(response):
                 line = raw.strip()
-                if self._stop.is_set():
+                if self._halt.is_set():
                     break
                 if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
                     continue
@@ -276,14 +279,14 @@ class Decode(threading.Thread):
                 if chunk.get("choices"):
                     self.times.append(time.time())
         except Exception as e:  # noqa: BLE001  a closed connection ends the read; anything else is reported
-            if not self._stop.is_set():
+            if not self._halt.is_set():
                 self.error = "%s: %s" % (type(e).__name__, e)
         finally:
             if self.conn is not None:
                 self.conn.close()
 
     def stop(self):
-        self._stop.set()
+        self._halt.set()
         if self.conn is not None and self.conn.sock is not None:
             try:
                 self.conn.sock.shutdown(2)
@@ -351,8 +354,11 @@ def profiled_window(client, model, sampling, trace_dir):
     raise SystemExit("no trace in %s after /stop_profile" % trace_dir)
 
 
-def analyse(path, bytes_by_family, bandwidth):
-    """The families of a trace's decode steps (see the module's docstring)."""
+def analyse(path, bytes_by_family, bandwidth, layers=None):
+    """The families of a trace's decode steps (see the module's docstring). The steps in the trace: its main
+    attention kernels over the model's layers where `layers` is known (one a layer a step: a window that cuts a step
+    counts its part on both sides), else vLLM's decode-step annotations (in eager mode vLLM 0.26.0 was seen to
+    annotate two ranges a step, so layers are to be preferred)."""
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         events = json.load(f).get("traceEvents", [])
@@ -362,34 +368,31 @@ def analyse(path, bytes_by_family, bandwidth):
     cpu_steps = sorted(e["ts"] for e in events if e.get("cat") == "user_annotation" and DECODE_STEP.match(e.get("name", "")))
     other_steps = sorted(set(e.get("name", "") for e in events if e.get("cat") == "user_annotation"
                              and e.get("name", "").startswith("execute_") and not DECODE_STEP.match(e.get("name", ""))))
-    starts, clock = (gpu_steps, "GPU") if len(gpu_steps) > 2 else (cpu_steps, "host")
-    if len(starts) < 3:
-        return {"error": "%d decode steps in the trace (%d kernels)" % (len(starts), len(kernels))}
-    steps = len(starts) - 1
-    lo, hi = starts[0], starts[-1]
-    window = [k for k in kernels if lo <= k["ts"] < hi]
-    per_family, per_kernel = {}, {}
-    bounds = starts + [float("inf")]
-    index = 0
-    step_gemms = {}
+    attention = sum(1 for k in kernels if ATTENTION_MAIN.search(k.get("name", "")))
+    if layers and attention >= layers:
+        window, steps, how = kernels, attention / float(layers), "%d attention kernels / %d layers" % (attention, layers)
+    else:
+        starts = gpu_steps if len(gpu_steps) > 2 else cpu_steps
+        if len(starts) < 3:
+            return {"error": "%d decode steps in the trace (%d kernels)" % (len(starts), len(kernels))}
+        window = [k for k in kernels if starts[0] <= k["ts"] < starts[-1]]
+        steps, how = len(starts) - 1, "decode-step annotations"
+    if not window:
+        return {"error": "no kernels in the trace"}
+    per_name = {}
     for k in window:
-        while k["ts"] >= bounds[index + 1]:
-            index += 1
         name = k.get("name", "?")
         fam = family(name) or ("gemm?" if GEMM_LIKE.search(name) else "other")
-        k["_family"] = fam
-        if fam == "gemm?":
-            best = step_gemms.get(index)
-            if best is None or k["dur"] > best["dur"]:
-                step_gemms[index] = k
-    for k in step_gemms.values():
-        k["_family"] = "lm_head"
-    for k in window:
-        fam = "other" if k["_family"] == "gemm?" else k["_family"]
-        per_family[fam] = per_family.get(fam, 0.0) + k["dur"]
-        key = (fam, k.get("name", "?")[:160])
-        count, total = per_kernel.get(key, (0, 0.0))
-        per_kernel[key] = (count + 1, total + k["dur"])
+        count, total, _fam = per_name.get(name, (0, 0.0, fam))
+        per_name[name] = (count + 1, total + k["dur"], fam)
+    # lm_head: of the matrix kernels no family claims, the one run at most once a step with the longest mean time.
+    heads = [(total / count, name) for name, (count, total, fam) in per_name.items() if fam == "gemm?" and count <= 1.5 * steps]
+    head = max(heads)[1] if heads else None
+    per_family = {}
+    for name, (count, total, fam) in per_name.items():
+        fam = "lm_head" if name == head else ("other" if fam == "gemm?" else fam)
+        per_name[name] = (count, total, fam)
+        per_family[fam] = per_family.get(fam, 0.0) + total
     busy = sum(per_family.values())
     rows = []
     for fam in FAMILY_ORDER + sorted(set(per_family) - set(FAMILY_ORDER)):
@@ -400,13 +403,14 @@ def analyse(path, bytes_by_family, bandwidth):
             row.update(gb_per_token=round(bytes_by_family[fam] / 1e9, 3), gb_s=round(gb_s, 1),
                        of_copy_bandwidth=round(gb_s / bandwidth, 3) if bandwidth else None)
         rows.append(row)
-    top = sorted(per_kernel.items(), key=lambda kv: -kv[1][1])[:30]
+    top = sorted(per_name.items(), key=lambda kv: -kv[1][1])[:30]
+    span = window[-1]["ts"] + window[-1]["dur"] - window[0]["ts"]
     return {"trace": os.path.basename(path), "trace_bytes": os.path.getsize(path), "events": len(events),
-            "decode_steps": steps, "step_clock": clock, "other_step_annotations": other_steps[:5],
-            "kernels_per_step": round(len(window) / steps, 1), "kernel_ms_per_step": round(busy / steps / 1000, 3),
-            "step_period_ms": round((hi - lo) / steps / 1000, 3), "families": rows,
-            "top_kernels": [{"family": fam, "name": name, "per_step": round(count / steps, 2),
-                             "ms_per_step": round(total / steps / 1000, 4)} for (fam, name), (count, total) in top]}
+            "decode_steps": round(steps, 1), "steps_from": how, "decode_annotations": {"gpu": len(gpu_steps), "host": len(cpu_steps)},
+            "other_step_annotations": other_steps[:5], "kernels_per_step": round(len(window) / steps, 1),
+            "kernel_ms_per_step": round(busy / steps / 1000, 3), "step_period_ms": round(span / steps / 1000, 3), "families": rows,
+            "top_kernels": [{"family": fam, "name": name[:160], "per_step": round(count / steps, 2),
+                             "ms_per_step": round(total / steps / 1000, 4)} for name, (count, total, fam) in top]}
 
 
 def table(result):
@@ -418,8 +422,8 @@ def table(result):
             "%.0f %%" % (100 * row["of_copy_bandwidth"]) if row.get("of_copy_bandwidth") else ""))
     lines_.append("| **kernels in all** | **%.3f** | %d kernels a step | | | |" % (
         result["kernel_ms_per_step"], round(result["kernels_per_step"])))
-    lines_.append("| step period (%s clock, profiled) | %.3f | %d decode steps | | | |" % (
-        result["step_clock"], result["step_period_ms"], result["decode_steps"]))
+    lines_.append("| step period, profiled | %.3f | %s decode steps (%s) | | | |" % (
+        result["step_period_ms"], result["decode_steps"], result["steps_from"]))
     return lines_
 
 
@@ -461,7 +465,7 @@ def run_phase(phase, argv, env, config, bandwidth):
             log("%s %s unprofiled: %s" % (phase, sampling, json.dumps(w["unprofiled"])))
             path, w["window_error"] = profiled_window(client, model, sampling, trace_dir)
             t = time.time()
-            w["profile"] = analyse(path, family_bytes(config), bandwidth)
+            w["profile"] = analyse(path, family_bytes(config), bandwidth, (config or {}).get("num_hidden_layers"))
             w["profile"]["parse_s"] = round(time.time() - t, 1)
             log("%s %s profile: %s" % (phase, sampling, json.dumps({k: v for k, v in w["profile"].items() if k != "top_kernels"})))
             if os.environ.get("KEEP_TRACE") == "1" and os.path.getsize(path) < 15 << 20:
@@ -477,8 +481,29 @@ def run_phase(phase, argv, env, config, bandwidth):
     return out
 
 
+def analyse_only(traces):
+    """`profile_step.py OUTDIR analyse TRACE...` (no GPU): the tables of traces a run left, for the burn-in folder's
+    config at LAYERS and the copy bandwidth BANDWIDTH (GB/s) measured in that run; OUTDIR/profile-analysed.json."""
+    with open(os.path.join(ROOT, "templates", "chat", "glm45.jinja")) as f:
+        files = dummy_hf.folder_files(f.read(), "glm4_moe", LAYERS, load("roles/weights/defaults/main.yml")["weights_fp8_quantization"])
+    config = json.loads(files["config.json"])
+    bandwidth = float(os.environ.get("BANDWIDTH", "0")) or None
+    out = []
+    for path in traces:
+        result = analyse(path, family_bytes(config), bandwidth, config["num_hidden_layers"])
+        out.append(result)
+        print("\n".join(["%s: %s steps (%s), %s ms of kernels a step" % (
+            result.get("trace"), result.get("decode_steps"), result.get("steps_from"), result.get("kernel_ms_per_step"))]
+            + (table(result) if "families" in result else [json.dumps(result)])))
+    with open(os.path.join(OUT, "profile-analysed.json"), "w") as f:
+        json.dump(out, f, indent=1)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
+    if SITE == "analyse":
+        analyse_only(sys.argv[3:])
+        return
     if SITE not in sys.path:
         sys.path.append(SITE)
     argv, env, config = rendered_command()

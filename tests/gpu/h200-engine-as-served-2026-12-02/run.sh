@@ -18,6 +18,14 @@
 #   c4: CALL=c4 bash .../run.sh full .whl/c4       item 0: the full GLM-4.6V-FP8 text shape (46 layers), the same command
 #       as h200-full-shape-2026-12-01 (MTP off, no 60 GiB KV cap), vLLM's own defaults: 1, 16, 40 requests, prefill
 #   c5: CALL=c5 bash .../run.sh profile .whl/c5    item 1: tests/gpu/profile_step.py on the same command, eager and graphs
+# What ran on 2026-12-02 (report.md): c1, c2 and c3 as above (c3's first server was not healthy in 400 s: DeepGEMM's
+# start-up warm-up had compiled 901 of 1,108 kernels; nothing else ran in c3), then
+#   c4:  VLLM_DEEP_GEMM_WARMUP=skip CALL=c4 bash .../run.sh full .whl/c4
+#   c5:  VLLM_DEEP_GEMM_WARMUP=skip PHASES=eager HEALTH_TIMEOUT=260 CALL=c5 bash .../run.sh profile .whl/c5
+#        (stopped on a bug of profile_step.py, fixed in .whl/c5/repo before c5b)
+#   c5b: VLLM_DEEP_GEMM_WARMUP=skip PHASES=eager HEALTH_TIMEOUT=200 CALL=c5b bash .../run.sh profile .whl/c5
+#   c6:  cp /root/profile-traces/eager/*.pt.trace.json.gz $OUT/   (then, here: profile_step.py OUT analyse TRACE...)
+# .whl/c3..c5/repo: git archive of f31055c (c5/repo with the fixed profile_step.py of the next commit).
 # Everything lands in $OUT: device-CALL.log, NAME.json, vllm-NAME.log, profile*.  No GPU setting is changed.
 set -uo pipefail
 MODE=${1:?usage: run.sh stash|item5|full|profile CARRIED}
