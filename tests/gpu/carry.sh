@@ -3,7 +3,7 @@
 # torch 2.11.0), made here from PyPI into one ignored folder that a device call carries. The one
 # place that says what each script needs: tests/gpu/RESULTS.md, "Carrying what the scripts need".
 #
-#   bash tests/gpu/carry.sh [PART ...]       PART: preflight (default), sglang, vllm, engine, tune
+#   bash tests/gpu/carry.sh [PART ...]       PART: preflight (default), sglang, vllm, engine, front, tune
 #
 # Into CARRY_DIR (default: .whl/ in the checkout, ignored by .gitignore):
 #   preflight  ansible/     ansible-core 2.19.14 and what the machine lacks of its needs (wheels)
@@ -23,6 +23,11 @@
 #                           on the machine: ENGINE_DIR=CARRY_DIR/engine bash tests/gpu/unpack_vllm.sh ...
 #                           (flashinfer-cubin at that version is not on PyPI, and flashinfer-jit-cache never is:
 #                           flashinfer compiles its sm90 kernels with the machine's nvcc at the engine's first start)
+#   front      front/       for front_vllm.py: Debian's packages of the front's image (the suite the front role builds from,
+#                           FRONT_SUITE, default sid) as .debs: nginx, nginx-common, libnginx-mod-http-js and the libraries
+#                           they link that an Ubuntu 24.04 machine lacks at those versions, and libc6 (used there only
+#                           where the machine's glibc is older than the packages need); apt-get download through a private
+#                           sources list (this workstation's apt configuration is left alone) + SHA256SUMS; 7.5 MB
 #   tune       tune/        for tune_moe_reduced.py, beside vllm: Ray 2.60.0's wheel as ray-part-NN (79 MB, <= 40 MiB each)
 #                           and benchmark_moe.py, given as BENCHMARK_MOE_PY (vLLM 0.26.0's
 #                           benchmarks/kernels/benchmark_moe.py, from its source tree or sdist, as the
@@ -142,6 +147,25 @@ engine() {
   mv "$CARRY/engine.tmp" "$CARRY/engine"
 }
 
+front() {
+  [[ -f $CARRY/front/SHA256SUMS ]] && return
+  local apt o
+  apt=$(mktemp -d /tmp/front-apt.XXXX)
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
+  echo "deb ${FRONT_MIRROR:-http://deb.debian.org/debian} ${FRONT_SUITE:-sid} main" > "$apt/sources.list"
+  o=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null -o "Dir::State::Lists=$apt/lists"
+     -o "Dir::Cache=$apt/cache" -o APT::Architecture=amd64 -o APT::Architectures=amd64)
+  apt-get "${o[@]}" -qq update
+  rm -rf "$CARRY/front.tmp" && mkdir -p "$CARRY/front.tmp"
+  # nginx 1.30.6 links libssl3t64 (>= 3.5), libpcre2-8-0 (>= 10.47), libcrypt1, zlib1g, libzstd1; its JavaScript module
+  # libqjs0 and libxml2-16; sid's names for these sonames (2026-12).
+  (cd "$CARRY/front.tmp" && apt-get "${o[@]}" -qq download nginx nginx-common libnginx-mod-http-js libqjs0 libxml2-16 \
+    libpcre2-8-0 libssl3t64 libcrypt1 zlib1g libzstd1 libc6)
+  (cd "$CARRY/front.tmp" && ls ./*.deb > /dev/null && sha256sum ./*.deb > SHA256SUMS)
+  rm -rf "$apt"
+  mv "$CARRY/front.tmp" "$CARRY/front"
+}
+
 tune() {
   [[ -f $CARRY/tune/SHA256SUMS ]] && return
   local benchmark=${BENCHMARK_MOE_PY:-}
@@ -156,8 +180,8 @@ tune() {
 mkdir -p "$CARRY"
 for part in "${PARTS[@]}"; do
   case $part in
-    preflight | sglang | vllm | engine | tune) "$part" ;;
-    *) echo "carry.sh: no part $part (preflight, sglang, vllm, engine, tune)" >&2; exit 2 ;;
+    preflight | sglang | vllm | engine | front | tune) "$part" ;;
+    *) echo "carry.sh: no part $part (preflight, sglang, vllm, engine, front, tune)" >&2; exit 2 ;;
   esac
   echo "$part: $(du -sh "$CARRY/$part" "$CARRY/ansible" "$CARRY/collections" "$CARRY/host" 2>/dev/null |
     awk -v p="$part" '$2 ~ ("/" p "$") || (p == "preflight" && $2 !~ /(sglang|vllm)$/) {printf "%s %s  ", $1, $2}')"

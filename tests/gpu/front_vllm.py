@@ -354,7 +354,12 @@ def request(method, path, body=None, key=None, via="front", stream=False, timeou
                        text="".join(json.loads(c)["choices"][0]["delta"].get("content") or ""
                                     for c in chunks if c.startswith("{") and json.loads(c).get("choices"))[:200])
         else:
-            out["body"] = resp.read().decode("utf-8", "replace")[:300]
+            text = resp.read().decode("utf-8", "replace")
+            out["body"] = text[:300]
+            try:
+                out["usage"] = json.loads(text).get("usage")
+            except (ValueError, AttributeError):
+                pass
     except (OSError, http.client.HTTPException) as e:
         out = {"status": None, "body": repr(e)[:300]}
     finally:
@@ -413,7 +418,7 @@ REFUSED = [
     ("POST", "/invocations", "chat"), ("POST", "/tokenize", {"model": SERVED, "prompt": "hello"}),
     ("POST", "/detokenize", {"model": SERVED, "tokens": [1, 2, 3]}), ("GET", "/metrics", None), ("GET", "/load", None),
     ("GET", "/version", None), ("GET", "/ping", None), ("POST", "/ping", None), ("GET", "/is_scaling_elastic_ep", None),
-    ("POST", "/scale_elastic_ep", {"new_data_parallel_size": 2}),
+    ("POST", "/is_scaling_elastic_ep", None), ("POST", "/scale_elastic_ep", {"new_data_parallel_size": 2}),
     ("POST", "/v1/..\\invocations", "chat"), ("POST", "/v1/%2e%2e/invocations", "chat"),
     ("POST", "/v1/%252e%252e/tokenize", {"model": SERVED, "prompt": "hello"}),
     ("POST", "/v1/chat/completions/../../invocations", "chat"),
@@ -459,19 +464,16 @@ def run_cases(image):
     img = case("image chat (data URL PNG 64 x 64)", "POST", "/v1/chat/completions",
                chat_body([prompts.image_url_part(image), {"type": "text", "text": "Describe this."}]), good_key,
                expect=200)
-    for entry in (text_only, img):
-        try:
-            entry["prompt_tokens"] = json.loads(entry["body"])["usage"]["prompt_tokens"] if entry["status"] == 200 \
-                else None
-        except ValueError:
-            entry["prompt_tokens"] = "reply cut at 300 characters"
+    if img["status"] == text_only["status"] == 200:
+        img["media_tokens"] = img["usage"]["prompt_tokens"] - text_only["usage"]["prompt_tokens"]
+        log("the image added %s prompt tokens" % img["media_tokens"])
     case("completions", "POST", "/v1/completions", {"model": SERVED, "prompt": "Hello", "max_tokens": 4}, good_key,
          expect=200)
     case("responses", "POST", "/v1/responses", {"model": SERVED, "input": "Say hello.", "max_output_tokens": 16},
          good_key, expect=200)
     # Straight at the engine (what the front is there for): vLLM's key guards /v1 only.
     # (/scale_elastic_ep is left out here: it would act.)
-    for method, path, body in REFUSED[:9]:
+    for method, path, body in REFUSED[:10]:
         case("direct, no key", method, path, chat if body == "chat" else body, None, via="engine", expect=200)
     case("direct, no key", "POST", "/v1/chat/completions", chat, None, via="engine", expect=401)
     case("direct, internal key", "POST", "/v1/chat/completions", chat, INTERNAL_KEY, via="engine", expect=200)
@@ -487,6 +489,7 @@ def judge():
     outside = sorted({p for _m, p, _s in through if p not in ALLOWED})
     refused = [c for c in CASES if c["via"] == "front" and c["expect"] != 200]
     allowed = [c for c in CASES if c["via"] == "front" and c["expect"] == 200]
+    RESULTS["cases"] = CASES
     RESULTS["vllm_log"] = {"lines": len(lines), "from_the_front": len(through), "straight": len(direct),
                            "other_addresses": sorted({a for a, _m, _p, _s in lines} - {NGINX_ADDR, DIRECT_ADDR}),
                            "through_the_front": counts, "outside_the_allow_list_through_the_front": outside}

@@ -9,6 +9,7 @@
 #   the machine's glibc is older than 2.38, which libssl3t64 and the module need), with apt-get download through a
 #   private sources list: o="-o Dir::Etc::SourceList=L -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=D
 #   -o Dir::Cache=C -o APT::Architecture=amd64"; apt-get $o update; apt-get $o download nginx ... libc6
+#   (now `bash tests/gpu/carry.sh front`, which makes the same 11 .debs: checksums compared on 2026-12-02)
 #   .whl/g1: vllm/ {vllm-part-00, SHA256SUMS}            (hard links)
 #   .whl/g2: vllm/ {vllm-part-01}
 #   .whl/g3: vllm/ {vllm-part-02}, debs/ (the 11 .debs, 7.5 MB), repo/ = `git archive HEAD` of the commit named in
@@ -17,6 +18,8 @@
 #   g1: CALL=g1 bash tests/gpu/h200-front-vllm-2026-12-02/run.sh stash .whl/g1
 #   g2: CALL=g2 bash tests/gpu/h200-front-vllm-2026-12-02/run.sh stash .whl/g2
 #   g3: CALL=g3 bash tests/gpu/h200-front-vllm-2026-12-02/run.sh run .whl/g3
+#   g4: CALL=g4 bash tests/gpu/h200-front-vllm-2026-12-02/run.sh run .whl/g3   (the same machine, still warm: vLLM
+#       already unpacked; .whl/g3/repo/tests/gpu/front_vllm.py with the cases written into front-vllm.json)
 #       joins and unpacks the vLLM bundle (the trimmed one: no engine part, VLLM_USE_DEEP_GEMM=0 and
 #       VLLM_USE_FLASHINFER_SAMPLER=0, as serve_vision_glm.py ran; the engine part's DeepGEMM warm-up alone outlasts a
 #       call on a cold machine, h200-engine-as-served-2026-12-02), then tests/gpu/front_vllm.py OUT run with
