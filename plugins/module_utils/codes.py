@@ -103,7 +103,7 @@ CODES = {
         "(host_docker_version, host_nvidia_toolkit_version) against the repository, and dpkg's state (dpkg --audit)."),
     "E_PORT_BUSY": (
         ERROR, "the API port is taken",
-        "Stop what listens on the port, or choose another llm_port."),
+        "Stop what listens on the port, or choose another llm_port (the front) or llm_engine_port (the engine)."),
     "E_DISK": (
         ERROR, "the disk budget does not fit (figures per filesystem)",
         "Free space on the named filesystem or move the cache paths to one with room."),

@@ -178,7 +178,7 @@ def check_port(proc, host, port):
     clash = [(a, p) for a, p in _listeners(proc)
              if p == port and (a in wild or host in wild or a == host or a == "::ffff:%s" % host)]
     if clash:
-        return [finding("E_PORT_BUSY", "port %d" % port, "port %d is already listened on (%s); llm_host is %s"
+        return [finding("E_PORT_BUSY", "port %d" % port, "port %d is already listened on (%s); the bind address is %s"
                         % (port, ", ".join("%s:%d" % c for c in sorted(set(clash))), host),
                         listeners=["%s:%d" % c for c in sorted(set(clash))])]
     return []

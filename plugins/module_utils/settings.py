@@ -364,7 +364,11 @@ def _private(address):
 def _check_engine_bind(values, findings):
     """The engine is reached by the front and the routers only: loopback or private, unless published on purpose."""
     host = values.get("llm_engine_host")
-    if host is not None and not values.get("llm_engine_public") and not _private(host):
+    if host is not None and values.get("llm_engine_public") and not _private(host):
+        findings.append(finding(
+            "W_ENGINE_PUBLIC", "llm_engine_host", "the engine listens on %s (llm_engine_public): its own routes "
+            "answer whoever reaches that address, past the front" % host, variable="llm_engine_host", value=host))
+    elif host is not None and not _private(host):
         findings.append(finding(
             "E_CONFIG", "llm_engine_host", "llm_engine_host is %r: the engine would answer whoever reaches that address "
             "on its own routes (vLLM's key guards only /v1); allowed: 127.0.0.1, or a private address of the host "

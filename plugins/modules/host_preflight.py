@@ -43,8 +43,16 @@ options:
     description: The API bind address.
     type: str
     default: 0.0.0.0
+  engine_port:
+    description: The engine's own port behind the front; V(0) skips the check.
+    type: int
+    default: 0
+  engine_host:
+    description: The engine's bind address.
+    type: str
+    default: 127.0.0.1
   port_in_use_by_own_engine:
-    description: The collection's own engine holds the port (a rerun); then it is not busy.
+    description: The collection's own engine and front hold the ports (a rerun); then they are not busy.
     type: bool
     default: false
   docker_socket:
@@ -117,6 +125,8 @@ def main():
             gpu_bus_ids=dict(type="list", elements="str", default=[]),
             port=dict(type="int", default=0),
             host=dict(type="str", default="0.0.0.0"),
+            engine_port=dict(type="int", default=0),
+            engine_host=dict(type="str", default="127.0.0.1"),
             port_in_use_by_own_engine=dict(type="bool", default=False),
             docker_socket=dict(type="path", default="/var/run/docker.sock"),
             disk_budget=dict(type="list", elements="dict", default=[]),
@@ -145,8 +155,10 @@ def main():
             socket_gid = None  # no socket: the daemon check (E_DOCKER) says so
         findings += host_checks.check_docker_group(user, uid, os.getgroups(), socket_gid, _group_db())
 
-    if p["port"] and not p["port_in_use_by_own_engine"]:
-        findings += host_checks.check_port(p["proc_root"], p["host"], p["port"])
+    if not p["port_in_use_by_own_engine"]:
+        for port, host in ((p["port"], p["host"]), (p["engine_port"], p["engine_host"])):
+            if port:
+                findings += host_checks.check_port(p["proc_root"], host, port)
 
     budget = []
     for item in p["disk_budget"]:

@@ -76,6 +76,8 @@ def test_the_limits_are_the_settings():
     assert "limit_conn gpuserve_key_conn 5;" in route and "limit_conn gpuserve_addr_conn 9;" in route
     assert "add_header Retry-After 2 always;" in locations(conf)["@too_many"]
     assert "listen [fd00::7]:9000;" in render(front_listen="[fd00::7]:9000")
+    # An engine that does not answer (starting, rolled) is a 503 to the client, not nginx's 502.
+    assert "error_page 502 503 504 =503 @unavailable;" in conf
 
 
 def errors(**settings):
@@ -120,3 +122,8 @@ def test_the_engine_binds_to_loopback_or_a_private_address_unless_published_on_p
         assert "llm_engine_public: true" in found[0]["message"]
     [same] = errors(llm_engine_port=LLM["llm_port"])
     assert same["subject"] == "llm_engine_port"
+
+
+def test_a_published_engine_is_a_warning_in_the_findings_preflight_reports():
+    found = validate(dict(LLM, llm_engine_host="0.0.0.0", llm_engine_public=True), SPECS.options, SPECS.internal)[0]
+    assert [(f["code"], f["severity"], f["subject"]) for f in found] == [("W_ENGINE_PUBLIC", "warning", "llm_engine_host")]
