@@ -6,7 +6,7 @@
 A reload (SIGHUP) keeps every container running. A restart, and installing or upgrading the Docker
 package (its maintainer scripts restart the daemon), stops them unless live-restore is on; moving
 the data root loses them either way (the daemon restarted on the new root does not know them).
-Containers the collection owns carry the label OWN_LABEL; any other running container is someone
+Containers the collection owns carry one of OWN_LABELS (an engine, a front, a router); any other running container is someone
 else's work, and the guard refuses to stop it unless the user allows it (host_docker_restart).
 """
 
@@ -18,7 +18,7 @@ import re
 
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
 
-OWN_LABEL = "gpuserve.llm.service"
+OWN_LABELS = ("gpuserve.llm.service", "gpuserve.llm.front", "gpuserve.llm.router")
 
 NONE, RELOAD, RESTART, DATA_ROOT, PACKAGE = "none", "reload", "restart", "data_root", "package"
 NEEDS = (NONE, RELOAD, RESTART, DATA_ROOT, PACKAGE)
@@ -49,7 +49,7 @@ def is_live(container):
 
 def is_own(container):
     # A listing without labels (docker_host_info without verbose_output) cannot show ownership: not ours.
-    return OWN_LABEL in (container.get("Labels") or {})
+    return any(label in (container.get("Labels") or {}) for label in OWN_LABELS)
 
 
 def release_line(version):

@@ -54,7 +54,8 @@ class Engine:
     def __init__(self, docker_host, image, name, port, model_dir, draft_dir=None):
         with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
             settings = {k: v for k, v in yaml.safe_load(f).items() if "{{" not in str(v)}
-        settings.update(CPU, llm_port=port, llm_api_key=API_KEY, llm_drafter=DRAFT if draft_dir else "off")
+        # The engine alone on `port` (no front here): the rendered command binds llm_engine_host:llm_engine_port.
+        settings.update(CPU, llm_engine_port=port, llm_api_key=API_KEY, llm_drafter=DRAFT if draft_dir else "off")
         paths = {"model_file": "/models/main/model.gguf", "draft_file": "/models/draft/model.gguf", "threads": 2,
                  "mmproj_file": "/models/main/mmproj.gguf"}  # what roles/weights/tasks/dummy.yml records
         command = engine_command(settings, paths, {})

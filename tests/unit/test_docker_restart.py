@@ -11,7 +11,7 @@ def container(name, state="running", own=False, labels=None):
     """One entry as Docker's API (docker_host_info with verbose_output) lists it."""
     labels = dict(labels or {})
     if own:
-        labels[docker_restart.OWN_LABEL] = "gpuserve-llm"
+        labels[docker_restart.OWN_LABELS[0]] = "gpuserve-llm"
     return {"Id": "%064x" % abs(hash(name)), "Names": ["/" + name], "Labels": labels, "State": state,
             "Status": "Up 2 hours" if state == "running" else "Exited (0) 1 hour ago"}
 
@@ -96,9 +96,13 @@ def test_a_data_root_move_strands_the_old_roots_images_unless_allowed():
 
 def test_only_the_collections_own_or_stopped_containers_go():
     ours = [container("gpuserve-llm-a", own=True), container("gpuserve-llm-b", own=True, state="exited"),
-            container("leftover", state="exited")]
+            container("leftover", state="exited"),
+            # The engine's front and the router's containers are the collection's too.
+            container("gpuserve-llm-front", labels={"gpuserve.llm.front": "gpuserve-llm-front"}),
+            container("gpuserve-router", labels={"gpuserve.llm.router": "gpuserve-router"})]
     got = decide(ours, live_restore=False, need="restart")
-    assert got == {"go": True, "stops": ["gpuserve-llm-a"], "foreign": [], "stranded": [], "finding": None}
+    assert got == {"go": True, "stops": ["gpuserve-llm-a", "gpuserve-llm-front", "gpuserve-router"], "foreign": [],
+                   "stranded": [], "finding": None}
     assert decide([], live_restore=False, need="package")["go"] is True  # no daemon yet: nothing to stop
 
 
