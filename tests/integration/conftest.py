@@ -306,6 +306,20 @@ def files_text(*roots):
     return out
 
 
+def vaulted_dict(folder, filename, name, values):
+    """An extra-vars file in `folder` holding `name`: {key: value, ...}, each value encrypted with Ansible Vault
+    (the password file vaulted() wrote); the arguments that give it to ansible-playbook."""
+    password = folder / "vault-password"
+    lines = ["---", "%s:" % name]
+    for key, value in values.items():
+        encrypted = subprocess.run([os.path.join(BIN, "ansible-vault"), "encrypt_string", "--vault-password-file",
+                                    str(password), "--name", key, value], stdout=subprocess.PIPE, text=True,
+                                   check=True).stdout
+        lines.extend("  " + line for line in encrypted.splitlines())
+    (folder / filename).write_text("\n".join(lines) + "\n")
+    return ["-e", "@" + str(folder / filename)]
+
+
 def vaulted(folder, name, value):
     """An extra-vars file in `folder` holding `name` encrypted with Ansible Vault, and its password file:
     the arguments that give them to ansible-playbook."""

@@ -26,6 +26,7 @@ the whole life of the fleet with its secrets (the API key from Ansible Vault, ev
 failure paths, a restart with a new key, remove), every form of every secret then looked for in the
 output, the files on the workstation and on the hosts, and the containers' inspect output.
 """
+import collections
 import datetime
 import functools
 import hashlib
@@ -45,8 +46,12 @@ import urllib.request
 import pytest
 import yaml
 
+from ansible_collections.gpuserve.llm.plugins.module_utils import engines as engine_profiles
 from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_total
-from conftest import BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, files_text, find_secrets, host_requirements, vaulted
+import front_fuzz
+from fleet_client import StreamLoad, multiturn, one_host_per_conversation, share
+from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, files_text, find_secrets, host_requirements,
+                      vaulted, vaulted_dict)
 from ssh_hosts import SSHHosts
 # hub and repo_dir are the stand-in hub's fixtures, used by name.
 from test_weights_hub import HUB, TOKEN, hub, repo_dir, wanted_bytes  # noqa: F401 pylint: disable=unused-import
@@ -335,9 +340,10 @@ def test_bare_hosts_check_then_live_then_rerun_then_a_refused_data_root_move(bar
     assert moved.rc != 0, moved
     assert moved.says("E_DOCKER_RESTART [error] %s unix:///var/run/docker.sock" % good), moved
     assert moved.says("would stop 1 container(s) the collection does not own: foreign-job"), moved
-    held = sh(docker_host, good, "docker image ls --format '{{.Repository}}:{{.Tag}}'").stdout.split()
-    assert len(held) == 1, held  # the engine image, which the foreign container runs too
-    assert moved.says("would strand the 1 image(s) the old data root holds: %s" % held[0]), moved
+    held = sorted(sh(docker_host, good, "docker image ls --format '{{.Repository}}:{{.Tag}}'").stdout.split())
+    # The engine image (which the foreign container runs too) and the front's.
+    assert len(held) == 2 and [h for h in held if h.startswith("gpuserve/front:")], held
+    assert moved.says("would strand the 2 image(s) the old data root holds: %s" % ", ".join(held)), moved
     assert "data-root" not in json.loads(sh(docker_host, good, "cat /etc/docker/daemon.json").stdout)
     assert sh(docker_host, good, "docker inspect -f '{{.State.Running}}' foreign-job gpuserve-llm-a").stdout.split() == \
         ["true", "true"]
@@ -349,6 +355,8 @@ ROUTER_PORT, ROUTER_ADMIN, ROUTER_METRICS = 18250, 18251, 18252
 ENGINE_PORTS = {"good": PORT, "badjson": PORT + 2, "badkey": PORT + 4}
 FLEET_KEY = "sk-fleet-%d-vaulted" % os.getpid()
 NEW_KEY, WRONG_KEY = "sk-fleet-%d-rotated" % os.getpid(), "sk-fleet-wrong-key-0042"
+# Client keys (llm_client_keys), from Vault: checked at the fronts, never given to an engine.
+CI_KEY, CLIENT_KEY = "sk-client-ci-%d-vaulted" % os.getpid(), "sk-client-new-%d-vaulted" % os.getpid()
 WRONG_TOKEN = "hf_refused_fleet_token_0042"
 NO_ENGINE = "gpuserve-test/no-engine:1"
 
@@ -489,6 +497,78 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert router_workers() == sorted(engines.values())
     assert call("GET", front + "/health")[0] == 200
 
+    # Named client keys (issue 36): a front reload (--tags front), no engine restarts. The internal key is
+    # then no client's; a key added under load fails no request; a revoked key is refused at once.
+    serving = dict((n, sh(docker_host, n, "docker ps -q --filter label=gpuserve.llm.service").stdout.split())
+                   for n in engines)
+    named = fleet.run("--tags", "front", *vaulted_dict(tmp_path, "keys-ci.yml", "llm_client_keys", {"ci": CI_KEY}))
+    assert named.rc == 0 and named.says("1 client key(s)") and named.says("reloaded"), named
+    assert not named.says("W_SHARED_KEY"), named
+    assert chat(key=CI_KEY)[0] == 200 and chat(key=FLEET_KEY)[0] == 401
+    assert call("GET", fronts[good] + "/v1/models", CI_KEY)[0] == 200
+    assert call("GET", fronts[good] + "/v1/models", FLEET_KEY)[0] == 401
+
+    # The generated requests, through good's front and the fleet's, with a valid client key: judged by what
+    # arrived - the router's own counters and workers, the engines' counters, the fronts' upstream logs.
+    routed_before, served_before = _router_requests(), dict((n, _served(u)) for n, u in engines.items())
+    logs_before = dict((n, sh(docker_host, n, "docker logs gpuserve-llm-front 2>&1 | wc -l").stdout.strip())
+                       for n in (good,))
+    tried = front_fuzz.variants(engines[badkey])
+    allowed_routes = dict(engine_profiles.PROFILES["llamacpp"]["front_routes"], **{"/health": ["GET", "HEAD"]})
+    allowed = set((m, p) for p, methods in allowed_routes.items() for m in methods)
+    statuses = collections.Counter()
+    for base in (fronts[good], front):
+        for method, path in tried:
+            statuses[front_fuzz.send(base, method, path, CI_KEY)] += 1
+    assert sum(statuses.values()) == 2 * len(tried) >= 1000 and not [s for s in statuses if s is None or s >= 500], \
+        statuses
+    assert _router_requests() == routed_before, (routed_before, _router_requests())
+    assert router_workers() == sorted(engines.values())  # no /remove_worker got through
+    assert dict((n, _served(u)) for n, u in engines.items()) == served_before
+    for name in (good,):
+        since = int(logs_before[name]) + 1
+        text = sh(docker_host, name, "docker logs gpuserve-llm-front 2>&1 | tail -n +%d" % since).stdout
+        # What went upstream is an allowed route under a method it takes: an escape that nginx normalises to
+        # an allowed route (/v1/chat/completions/../../completions) is sent as exactly that route's path.
+        went = front_fuzz.forwarded(text)
+        assert text.count(" upstream=") >= len(tried) and [f for f in went if (f[0], f[3]) not in allowed] == [], went
+    print("front fuzz: %d requests through a host's front and the fleet's, answered %s; none reached the router or "
+          "an engine" % (2 * len(tried), dict(statuses)))
+    # Other spellings of an allowed route reach the engine as exactly that route's path.
+    for path, route in front_fuzz.EQUIVALENT.items():
+        assert front_fuzz.send(fronts[good], "POST", path, CI_KEY) == 200, path
+    text = sh(docker_host, good, "docker logs gpuserve-llm-front 2>&1 | tail -n %d" % len(front_fuzz.EQUIVALENT)).stdout
+    assert [(m, sent) for m, _asked, _status, sent in front_fuzz.forwarded(text)] == \
+        [("POST", route) for route in front_fuzz.EQUIVALENT.values()], text
+    # The limits: an 8 MiB body (over the cap llm_context gives) is 413 before the engine sees any of it; a
+    # burst over the key's rate (front_rate_per_key 20/s, burst 40) is 429 with Retry-After.
+    big = {"model": "tiny", "messages": [{"role": "user", "content": "x" * (8 << 20)}], "max_tokens": 1}
+    served = _served(engines[good])
+    assert call("POST", fronts[good] + "/v1/chat/completions", CI_KEY, big)[0] == 413
+    assert _served(engines[good]) == served
+    limited = [_status_and_retry(fronts[good] + "/v1/models", CI_KEY) for _request in range(80)]
+    assert (429, "1") in limited and (200, None) in limited, collections.Counter(limited)
+
+    # A second key added while a client streams through the fleet's front with the first: a reload, none failed.
+    with StreamLoad(front, CI_KEY, "tiny", concurrency=1, max_tokens=400) as load:
+        time.sleep(2)
+        added = fleet.run("--tags", "front", *vaulted_dict(tmp_path, "keys-ci-new.yml", "llm_client_keys",
+                                                           {"ci": CI_KEY, "new": CLIENT_KEY}))
+        time.sleep(1)
+    streamed = load.counts()
+    assert added.rc == 0 and added.says("2 client key(s)"), added
+    assert streamed["failed"] == 0 and streamed["completed"] > 0, streamed
+    assert chat(key=CLIENT_KEY)[0] == 200 and chat(key=CI_KEY)[0] == 200
+    revoked = fleet.run("--tags", "front", *vaulted_dict(tmp_path, "keys-new.yml", "llm_client_keys",
+                                                         {"new": CLIENT_KEY}))
+    assert revoked.rc == 0 and chat(key=CI_KEY)[0] == 401 and chat(key=CLIENT_KEY)[0] == 200, revoked
+    assert dict((n, sh(docker_host, n, "docker ps -q --filter label=gpuserve.llm.service").stdout.split())
+                for n in engines) == serving  # no engine was restarted
+    # Back to the shared key for the rest of the fleet's story (the inventory names no client keys).
+    shared = fleet.run("--tags", "front")
+    assert shared.rc == 0 and shared.says("W_SHARED_KEY") and chat()[0] == 200 and chat(key=CLIENT_KEY)[0] == 401
+    print("client keys: added under a stream (%s), revoked, no engine restarted" % streamed)
+
     # verify and bench on each host, then once more through the fleet endpoint: reports/fleet/.
     verified = fleet.run(playbook="playbooks/verify.yml")
     assert verified.rc == 0, verified
@@ -506,7 +586,6 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert [r["requests"] for r in endpoint["decode"]] == [1, 3], endpoint["decode"]
     assert all(r["aggregate_tok_s"] > 0 for r in endpoint["decode"]), endpoint["decode"]
 
-    from fleet_client import StreamLoad, multiturn, one_host_per_conversation, share
 
     targets = json.loads((tmp_path / "reports" / "prometheus-targets.json").read_text())
     assert sorted(targets[0]["targets"]) == sorted(u[len("http://"):] for u in engines.values()), targets
@@ -644,12 +723,14 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert sh(docker_host, good, "docker images -q gpuserve/llama.cpp").stdout.strip()
 
     secrets = {"llm_api_key": FLEET_KEY, "llm_api_key (rotated)": NEW_KEY, "llm_hf_token": TOKEN,
-               "a wrong key": WRONG_KEY, "a refused token": WRONG_TOKEN}
+               "a wrong key": WRONG_KEY, "a refused token": WRONG_TOKEN, "client key ci": CI_KEY,
+               "client key new": CLIENT_KEY}
     places = dict(("output of %d: %s" % (i, name), result.output) for i, (name, result) in enumerate(runs))
     places.update(inspected)
     # Every file the runs wrote: the workstation's logs/, reports/ and caches (but the inputs the user
     # gave), and on each host the collection's folders, the users' homes, /tmp and the logs.
-    inputs = set(str(tmp_path / n) for n in ("hosts.yml", "vaulted.yml", "vault-password"))
+    inputs = set(str(tmp_path / n) for n in ("hosts.yml", "vaulted.yml", "vault-password", "keys-ci.yml",
+                                              "keys-ci-new.yml", "keys-new.yml"))
     places.update((path, text) for path, text in files_text(tmp_path).items() if path not in inputs)
     for name in engines:
         places.update(host_files_text(docker_host, name, ["/var/lib/gpuserve", "/opt/gpuserve", "/home", "/root",
@@ -675,6 +756,23 @@ def _metric(url, name):
     status, text = call("GET", url + "/metrics", FLEET_KEY)
     assert status == 200, (url, status, text[:200])
     return prom_total(text, name)
+
+
+def _status_and_retry(url, key):
+    """(status, its Retry-After header or None) of one GET."""
+    request = urllib.request.Request(url, headers={"Authorization": "Bearer " + key})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, r.headers.get("Retry-After")
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Retry-After")
+
+
+def _router_requests():
+    """The router's own count of the requests it took, by route (its Prometheus port, on its host's loopback)."""
+    status, text = call("GET", "http://127.0.0.1:%d/metrics" % ROUTER_METRICS)
+    assert status == 200, (status, text[:200])
+    return dict(re.findall(r"^(vllm_router_requests_total\{[^}]*\}) (\S+)$", text, re.M))
 
 
 def _served(url):
