@@ -586,7 +586,6 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert [r["requests"] for r in endpoint["decode"]] == [1, 3], endpoint["decode"]
     assert all(r["aggregate_tok_s"] > 0 for r in endpoint["decode"]), endpoint["decode"]
 
-
     targets = json.loads((tmp_path / "reports" / "prometheus-targets.json").read_text())
     assert sorted(targets[0]["targets"]) == sorted(u[len("http://"):] for u in engines.values()), targets
     assert targets[1]["targets"] == ["127.0.0.1:%d" % ROUTER_METRICS], targets
@@ -730,7 +729,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # Every file the runs wrote: the workstation's logs/, reports/ and caches (but the inputs the user
     # gave), and on each host the collection's folders, the users' homes, /tmp and the logs.
     inputs = set(str(tmp_path / n) for n in ("hosts.yml", "vaulted.yml", "vault-password", "keys-ci.yml",
-                                              "keys-ci-new.yml", "keys-new.yml"))
+                                             "keys-ci-new.yml", "keys-new.yml"))
     places.update((path, text) for path, text in files_text(tmp_path).items() if path not in inputs)
     for name in engines:
         places.update(host_files_text(docker_host, name, ["/var/lib/gpuserve", "/opt/gpuserve", "/home", "/root",

@@ -3,7 +3,7 @@
 # script from a host CI cannot reach; it reads it from ~/.ansible/test/cache first, and a script
 # that calls ensurepip is enough there (docs/engines.md). The collection's tracked files are copied to a
 # path ending in ansible_collections/gpuserve/llm, as ansible-test requires.
-#   tests/testbed/sanity.sh VENV
+#   tests/testbed/sanity.sh VENV [ANSIBLE-TEST OPTIONS...]   (e.g. --test pep8 --test line-endings)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 VENV=$(cd "${1:?usage: sanity.sh VENV}" && pwd)
@@ -21,4 +21,4 @@ rm -rf "$WORK" && mkdir -p "$WORK"
   | xargs -0 tar -cf - 2>/dev/null) | tar -C "$WORK" -xf -
 cd "$WORK"
 git init -q && git add -A && git -c user.email=t@t -c user.name=t commit -qm sanity
-PATH=$VENV/bin:$PATH ansible-test sanity --local --python "$PYV" --color no
+PATH=$VENV/bin:$PATH ansible-test sanity --local --python "$PYV" --color no "${@:2}"
