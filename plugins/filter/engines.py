@@ -53,17 +53,23 @@ def undrafted_argv(argv, engine, port=None):
     return engines.undrafted_argv(list(argv), engine, None if port is None else int(port))
 
 
-def engine_url(port, host="0.0.0.0"):
-    """How a process on the host reaches the engine (a wildcard bind answers on loopback)."""
+def _scheme(tls):
+    if not isinstance(tls, bool):
+        raise AnsibleFilterError("tls is %r: true (https, a front with llm_tls) or false (http)" % (tls,))
+    return "https" if tls else "http"
+
+
+def engine_url(port, host="0.0.0.0", tls=False):
+    """How a process on the host reaches the engine or a front (a wildcard bind answers on loopback)."""
     host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else ("[%s]" % host if ":" in host else host)
-    return "http://%s:%s" % (host, port)
+    return "%s://%s:%s" % (_scheme(tls), host, port)
 
 
-def fleet_url(port, host="0.0.0.0", address=""):
-    """How another host (a router) reaches an engine: a wildcard bind is reached at the host's address."""
+def fleet_url(port, host="0.0.0.0", address="", tls=False):
+    """How another host (a router, a client) reaches an engine or a front: a wildcard bind at the host's address."""
     if host in ("0.0.0.0", "::", ""):
         host = address or "127.0.0.1"
-    return "http://%s:%s" % ("[%s]" % host if ":" in host else host, port)
+    return "%s://%s:%s" % (_scheme(tls), "[%s]" % host if ":" in host else host, port)
 
 
 def patch_series(directory):

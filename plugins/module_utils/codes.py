@@ -192,6 +192,27 @@ CODES = {
         "not answer /health",
         "Read the front's log on the host (docker logs <llm_container_name>-front, or gpuserve-router-front) and check "
         "that llm_port (router_port) is free there; a refused configuration names nginx's own words."),
+    "E_TLS": (
+        ERROR, "the fronts' TLS cannot be set up: a given certificate, key or CA file (named) is missing, unreadable or "
+        "not PEM, the key is not the certificate's, or the collection's CA could not be made on the workstation",
+        "Give llm_tls_cert_file (the certificate, then its chain) and llm_tls_key_file (its unencrypted or "
+        "vault-encrypted private key) as PEM files on the workstation, or leave both empty for the collection's CA; "
+        "the message names the file and what was wrong with it."),
+    "E_CERT_EXPIRED": (
+        ERROR, "a front's certificate (llm_tls_cert_file) or the collection's CA has expired, or is not valid yet: "
+        "clients would refuse the front",
+        "Renew the certificate and give the new one in llm_tls_cert_file and llm_tls_key_file; for the collection's "
+        "CA, move llm_tls_ca_dir aside and run again (a new CA is made: give clients its ca.crt)."),
+    "W_CERT_EXPIRING": (
+        WARNING, "a front's certificate (llm_tls_cert_file) or the collection's CA expires within 30 days "
+        "(preflight_cert_warn_days; the date is named)",
+        "Renew it before that date and run the play again (a reload of the fronts, no engine restart). The "
+        "collection's own front certificates are renewed by the play when they come within that window."),
+    "W_CERT_NAMES": (
+        WARNING, "a given certificate (llm_tls_cert_file) does not name an address clients reach the front at "
+        "(named): a client that verifies would refuse it there",
+        "Give a certificate whose subjectAltName holds that name or address (or a wildcard that covers it), or reach "
+        "the front by a name it holds."),
     "W_WARM_INCOMPLETE": (
         WARNING, "the warm-up before LIVE ran out of its time (service_warm_timeout) before some shapes (named)",
         "The engine serves; the first requests at the named shapes pay for compilation. Raise service_warm_timeout "

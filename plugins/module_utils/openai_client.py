@@ -32,7 +32,8 @@ class EndpointError(Exception):
 
 
 class Client(object):
-    def __init__(self, url, api_key="", model="", timeout=600):
+    def __init__(self, url, api_key="", model="", timeout=600, tls=None):
+        """`tls`: {"ca_file": a CA to verify HTTPS with (else the system's), "verify": False to not verify}."""
         self.url = url.rstrip("/")
         self.api_key = api_key
         self.model = model
@@ -42,7 +43,11 @@ class Client(object):
         # A plain HTTP connection costs nothing to make; for HTTPS one TLS context serves every request
         # (making one per request costs tens of milliseconds of the client's CPU).
         if parts.scheme == "https":
-            self._conn_class, self._conn_args = http_client.HTTPSConnection, {"context": ssl.create_default_context()}
+            tls = tls or {}
+            context = ssl.create_default_context(cafile=tls.get("ca_file") or None)
+            if tls.get("verify") is False:
+                context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+            self._conn_class, self._conn_args = http_client.HTTPSConnection, {"context": context}
         else:
             self._conn_class, self._conn_args = http_client.HTTPConnection, {}
 

@@ -106,6 +106,8 @@ CLIENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # A client key: printable ASCII without spaces (it travels in an Authorization header), long enough not to guess.
 CLIENT_KEY = re.compile(r"^[!-~]{16,512}$")
 # Control characters (C0, DEL, C1) and line or paragraph separators: never part of a secret.
+# A DNS name (labels of letters, digits and '-', a leading '*.' for a wildcard) for a certificate.
+DNS_NAME = re.compile(r"^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 SERIAL = re.compile(r"^([1-9]\d*|([1-9]\d?|100)%)$")
 
@@ -424,6 +426,30 @@ def _check_client_keys(values, findings):
         values.pop("llm_client_keys")
 
 
+def _check_tls(values, findings):
+    """A given certificate comes with its key; the names for the collection's certificates are names or addresses."""
+    cert, key = values.get("llm_tls_cert_file"), values.get("llm_tls_key_file")
+    if cert is not None and key is not None and bool(cert) != bool(key):
+        given, missing = ("llm_tls_cert_file", "llm_tls_key_file") if cert else ("llm_tls_key_file", "llm_tls_cert_file")
+        findings.append(finding("E_CONFIG", missing, "%s is set but %s is empty: a front needs the certificate and its "
+                                "key; give both, or neither for the collection's CA" % (given, missing),
+                                variable=missing, allowed="a PEM file on the workstation"))
+        values.pop(missing, None)
+    names = values.get("llm_tls_names")
+    if names:
+        bad = []
+        for name in names:
+            try:
+                ipaddress.ip_address(name)
+            except ValueError:
+                if not DNS_NAME.match(name) or len(name) > 253:
+                    bad.append(name)
+        if bad:
+            findings.append(_bad("E_CONFIG", "llm_tls_names", bad, "DNS names (a leading '*.' for a wildcard) or IP "
+                                 "addresses"))
+            values.pop("llm_tls_names")
+
+
 def validate(settings, options, internal=(), groups=()):
     """Validate the settings given as {name: value} (templated values).
 
@@ -513,5 +539,6 @@ def validate(settings, options, internal=(), groups=()):
     _check_secrets(values, options, findings)
     _check_engine_bind(values, findings)
     _check_client_keys(values, findings)
+    _check_tls(values, findings)
 
     return findings, values

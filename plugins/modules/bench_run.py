@@ -105,6 +105,16 @@ options:
     description: Seconds one request may take.
     type: int
     default: 1800
+  tls_ca_file:
+    description: >-
+      A CA certificate (PEM, on the host) that HTTPS endpoints are verified with (the collection's CA, with
+      C(llm_tls)); empty - the system's trust store.
+    type: path
+    default: ""
+  tls_verify:
+    description: Verify HTTPS endpoints' certificates (off for a given certificate that does not name loopback).
+    type: bool
+    default: true
   progress_file:
     description: Where to write the step being measured (read by M(gpuserve.llm.job_progress)); empty for none.
     type: path
@@ -239,6 +249,8 @@ def main():
             repeats=dict(type="int", default=3),
             warmup=dict(type="bool", default=True),
             timeout=dict(type="int", default=1800),
+            tls_ca_file=dict(type="path", default=""),
+            tls_verify=dict(type="bool", default=True),
             progress_file=dict(type="path", default=""),
             gpus=dict(type="list", elements="int", default=[]),
             split=dict(type="str", choices=["tensor", "layer"], default="tensor"),
@@ -248,6 +260,7 @@ def main():
         supports_check_mode=False,
     )
     p = module.params
+    tls = dict(ca_file=p["tls_ca_file"], verify=p["tls_verify"])
     bad = sorted(set(p["kinds"]) - {"prose", "structured", "code"})
     if bad or not p["concurrency"] or min(p["concurrency"]) < 1 or p["repeats"] < 1:
         message = ("bench_kinds must be among prose, structured, code (got %s), bench_concurrency positive "
@@ -257,7 +270,7 @@ def main():
     progress = StepFile(p["progress_file"], progress_steps(p))
     out = []
     for ep in p["endpoints"]:
-        client = Client(ep["url"], ep["api_key"], ep["model"], p["timeout"])
+        client = Client(ep["url"], ep["api_key"], ep["model"], p["timeout"], tls=tls)
         try:
             models = [m.get("id") for m in json.loads(client.get_text("/v1/models")).get("data", [])]
         except (EndpointError, ValueError) as e:

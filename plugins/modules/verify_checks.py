@@ -172,6 +172,16 @@ options:
     description: Seconds one request may take.
     type: int
     default: 900
+  tls_ca_file:
+    description: >-
+      A CA certificate (PEM, on the host) that HTTPS endpoints are verified with (the collection's CA, with
+      C(llm_tls)); empty - the system's trust store.
+    type: path
+    default: ""
+  tls_verify:
+    description: Verify HTTPS endpoints' certificates (off for a given certificate that does not name loopback).
+    type: bool
+    default: true
   progress_file:
     description: Where to write the check running now (read by M(gpuserve.llm.job_progress)); empty for none.
     type: path
@@ -260,27 +270,30 @@ def main():
             burst_size=dict(type="int", default=10),
             bursts=dict(type="int", default=3),
             timeout=dict(type="int", default=900),
+            tls_ca_file=dict(type="path", default=""),
+            tls_verify=dict(type="bool", default=True),
             progress_file=dict(type="path", default=""),
         ),
         supports_check_mode=False,
     )
     p = module.params
+    tls = dict(ca_file=p["tls_ca_file"], verify=p["tls_verify"])
     unknown = sorted(set(p["checks"]) - set(verify.CHECKS))
     if unknown:
         fail(module, "E_CONFIG", "verify_checks", "verify_checks names unknown checks %s; the checks are %s" % (
             ", ".join(unknown), ", ".join(verify.CHECKS)))
     room = p["context"] - p["needle_max_tokens"] - 16
     p["needle_sizes"] = [int(s * room) if s <= 1 else int(s) for s in p["needle_sizes"]]
-    client = Client(p["url"], p["api_key"], p["model"], p["timeout"])
+    client = Client(p["url"], p["api_key"], p["model"], p["timeout"], tls=tls)
     engine_key = p["engine_api_key"] or p["api_key"]
     if p["engine_url"]:  # the front serves no /metrics: the engine's counters are read at its own address
-        client.metrics = Client(p["engine_url"], engine_key, p["model"], p["timeout"]).metrics
+        client.metrics = Client(p["engine_url"], engine_key, p["model"], p["timeout"], tls=tls).metrics
     try:
         models = [m.get("id") for m in json.loads(client.get_text("/v1/models")).get("data", [])]
     except (EndpointError, ValueError) as e:
         message = "the engine does not answer for verify: %s" % e
         fail(module, "E_ENDPOINT", p["url"], message)
-    undrafted = Client(p["undrafted_url"], engine_key, p["model"], p["timeout"]) if p["undrafted_url"] else None
+    undrafted = Client(p["undrafted_url"], engine_key, p["model"], p["timeout"], tls=tls) if p["undrafted_url"] else None
     start = time.time()
     checks, hashes = verify.Verifier(client, p, undrafted, StepFile(p["progress_file"], len(verify.CHECKS))).run(p["checks"], p["saved_hashes"])
     module.exit_json(changed=False, checks=checks, summary=verify.summary(checks), hashes=hashes,

@@ -4,12 +4,20 @@ mounted read-only), a rerun changes nothing, a changed setting rolls to the othe
 image refused and the old container started again failing the gate too is E_ROLLBACK. The old container
 passing the gate, and stop / restart / remove through a whole life with secrets, are the SSH fleet's
 (test_host_play.py)."""
+import datetime
+import ipaddress
 import json
 import os
+import ssl
 import urllib.error
 import urllib.request
 
+import openai
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from conftest import broken_image, docker, service_containers as containers
 
@@ -20,13 +28,31 @@ CPU = dict(llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, 
            llm_host="127.0.0.1", llm_served_model_name="tiny", llm_api_key=API_KEY)
 
 
-def get(url, key=API_KEY, body=None):
+def get(url, key=API_KEY, body=None, context=None):
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = "Bearer " + key
     data = json.dumps(body).encode() if body is not None else None
-    with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=30) as r:
+    with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=30,
+                                context=context) as r:
         return json.loads(r.read())
+
+
+def certificate(folder, name, days, names):
+    """A self-signed certificate and its key as files, valid from days[0] to days[1] from now, naming `names`."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    sans = [x509.IPAddress(ipaddress.ip_address(n)) if n[0].isdigit() else x509.DNSName(n) for n in names]
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now + datetime.timedelta(days=days[0]))
+            .not_valid_after(now + datetime.timedelta(days=days[1]))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False).sign(key, hashes.SHA256()))
+    (folder / (name + ".crt")).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / (name + ".key")).write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                             serialization.NoEncryption()))
+    return {"llm_tls": True, "llm_tls_cert_file": str(folder / (name + ".crt")),
+            "llm_tls_key_file": str(folder / (name + ".key"))}
 
 
 ENGINE = "http://127.0.0.1:28130"
@@ -88,28 +114,61 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
     assert again.says("warm-up: none (the engine already served)"), again
     assert containers(docker_host, prefix) == running
 
-    # A changed setting: a new container in the other slot, the old one gone once it is healthy.
-    rolled = fleet.run("site.yml", "-e", "llm_parallel=2")
+    # TLS (llm_tls): an expired certificate given is refused by preflight, before anything changes.
+    expired = fleet.run("site.yml", "-e", json.dumps(certificate(tmp_path, "expired", (-30, -1), ["127.0.0.1"])))
+    assert expired.rc != 0 and expired.says("E_CERT_EXPIRED [error] cpu1 llm_tls_cert_file %s: llm_tls_cert_file %s "
+                                            "expired on" % ((tmp_path / "expired.crt",) * 2)), expired
+    assert containers(docker_host, prefix) == running and get(url + "/v1/models")["data"], "still plain HTTP"
+
+    # A changed setting: a new container in the other slot, the old one gone once it is healthy; with it TLS by
+    # the collection's CA, made on the workstation (where ansible-playbook runs) and signing the front's certificate.
+    tls = ["-e", "llm_tls=true"]
+    rolled = fleet.run("site.yml", "-e", "llm_parallel=2", *tls)
     assert rolled.rc == 0 and rolled.recap["cpu1"]["changed"] >= 1, rolled
+    ca = tmp_path / ".gpuserve" / "tls" / "ca.crt"
+    assert rolled.says("front https://127.0.0.1:18130 (%s-front)" % prefix), rolled
+    assert rolled.says("TLS by the collection's CA (clients trust %s), plain HTTP refused" % ca), rolled
+    assert oct((tmp_path / ".gpuserve" / "tls" / "ca.key").stat().st_mode & 0o777) == "0o600"
+    assert not list((tmp_path / "cpu1" / "data").rglob("ca.key")), "the CA's key stays on the workstation"
     now = containers(docker_host, prefix)
     assert list(now) == [prefix + "-b"] and now[prefix + "-b"][1]
+    assert rolled.says("KV pool: 4096 tokens")
+    # The official client verifies the front with the CA: a reply, and a stream.
+    https = "https://127.0.0.1:18130"
+    trusted = openai.OpenAI(base_url=https + "/v1", api_key=API_KEY, max_retries=0,
+                            http_client=openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=str(ca))))
+    chat = dict(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+    assert trusted.chat.completions.create(**chat).choices[0].message.content
+    assert "".join(c.choices[0].delta.content or "" for c in trusted.chat.completions.create(stream=True, **chat))
+    # Without the CA the client refuses the front; plain HTTP to the port is refused with a word.
+    with pytest.raises(openai.APIConnectionError):
+        openai.OpenAI(base_url=https + "/v1", api_key=API_KEY, max_retries=0).models.list()
+    with pytest.raises(urllib.error.HTTPError) as plain:
+        get(url + "/v1/models")
+    assert plain.value.code == 400 and "use https://" in plain.value.read().decode()
+    context = ssl.create_default_context(cafile=str(ca))
     assert len(get(ENGINE + "/slots")) == 2  # the engine's own route, on loopback
     with pytest.raises(urllib.error.HTTPError) as refused:
-        get(url + "/slots")  # not through the front
+        get(https + "/slots", context=context)  # not through the front
     assert refused.value.code == 404
-    assert rolled.says("KV pool: 4096 tokens")
 
-    # --check says what would change and changes nothing.
-    preview = fleet.run("site.yml", "--check", "-e", "llm_parallel=3")
+    # --check says what would change and changes nothing; with a given certificate that ends in 10 days and does
+    # not name the address the front is reached at, preflight warns of both.
+    soon = certificate(tmp_path, "soon", (-1, 10), ["api.example.com"])
+    preview = fleet.run("site.yml", "--check", "-e", "llm_parallel=3", "-e", json.dumps(soon))
     assert preview.rc == 0 and preview.says("would start %s-a and stop %s-b" % (prefix, prefix)), preview
+    assert preview.says("W_CERT_EXPIRING [warning] cpu1 llm_tls_cert_file %s: llm_tls_cert_file %s expires on" % (
+        (tmp_path / "soon.crt",) * 2)) and preview.says("within 30 days"), preview
+    assert preview.says("does not name 127.0.0.1 (it names api.example.com)"), preview
     assert containers(docker_host, prefix) == now
+    assert get(https + "/v1/models", context=context)["data"], "the front kept the CA's certificate"
 
     # A new container that fails health is removed and the old one started again, health-gated: the SSH
     # fleet's test (test_host_play.py) takes that path behind the router. Here the old one fails the gate too.
     broken = broken_image(docker_host)
     # A restored engine that fails the gate is its own code, with its log's end. Contrived here: a smoke
     # prompt longer than a slot's context, which the old engine refuses (HTTP 400) after the new one failed.
-    both = fleet.run("site.yml", "-e", "llm_parallel=2", "-e", "llm_image=" + broken,
+    both = fleet.run("site.yml", "-e", "llm_parallel=2", "-e", "llm_image=" + broken, *tls,
                      "-e", json.dumps({"service_smoke_prompt": "tell me more " * 1500}))
     assert both.rc != 0 and both.says("E_HEALTH [error] cpu1 %s-a" % prefix), both
     assert both.says("E_ROLLBACK [error] cpu1 %s-b: the previous container %s-b was started again but did not pass "

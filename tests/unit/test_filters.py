@@ -8,6 +8,7 @@ import sys
 
 from ansible_collections.gpuserve.llm.plugins.filter.findings import (
     finding_lines, findings_table, make_finding, p2p_matrix)
+from ansible_collections.gpuserve.llm.plugins.filter.tls import tls_findings, tls_subject_alt_names
 
 
 def test_finding_lines_put_errors_first_and_carry_the_fix():
@@ -77,3 +78,26 @@ def test_every_filter_has_its_own_documentation_page():
         assert page["doc"]["name"] == name and page["doc"]["filename"].endswith("/%s.yml" % name)
         assert page["doc"]["short_description"] and "_input" in page["doc"]["options"]
         assert "gpuserve.llm.%s" % name in page["examples"] and "_value" in page["return"]
+
+
+def test_a_fronts_certificate_names_each_address_once_and_no_wildcard_bind():
+    assert tls_subject_alt_names(["localhost", "127.0.0.1", "::1", "GPU1", "10.0.0.5", "0.0.0.0", "gpu1", "[fd00::5]",
+                                  "", "::"]) == ["DNS:localhost", "IP:127.0.0.1", "IP:::1", "DNS:gpu1", "IP:10.0.0.5",
+                                                 "IP:fd00::5"]
+
+
+def test_a_given_certificate_covers_names_exactly_or_by_one_wildcard_label():
+    # The shape of community.crypto.x509_certificate_info's result (valid_at: now, warn).
+    cert = {"not_after": "20270301120000Z", "not_before": "20261101000000Z", "expired": False, "public_key": "PK",
+            "valid_at": {"now": True, "warn": True}, "subject_alt_name": ["DNS:*.gpu.example", "IP:10.0.0.5"]}
+    assert tls_findings(cert, {"public_key": "PK"}, "llm_tls_cert_file f.pem", ["a.gpu.example", "10.0.0.5"]) == []
+    [names] = tls_findings(cert, None, "f.pem", ["gpu.example", "a.b.gpu.example", "10.0.0.6", "0.0.0.0"])
+    assert names["code"] == "W_CERT_NAMES" and "does not name gpu.example, a.b.gpu.example, 10.0.0.6 (" in names["message"]
+    [other] = tls_findings(cert, {"public_key": "ANOTHER"}, "f.pem", [])
+    assert other["code"] == "E_TLS" and "is not the key of f.pem" in other["message"]
+    [soon] = tls_findings(dict(cert, valid_at={"now": True, "warn": False}), None, "f.pem", [], 30)
+    assert soon["code"] == "W_CERT_EXPIRING" and soon["message"] == "f.pem expires on 2027-03-01 12:00 UTC, within 30 days"
+    [early] = tls_findings(dict(cert, valid_at={"now": False, "warn": True}), None, "f.pem", [])
+    assert early["code"] == "E_CERT_EXPIRED" and "is valid from 2026-11-01 00:00 UTC only" in early["message"]
+    [unread] = tls_findings({"failed": True, "msg": "Error loading certificate"}, None, "f.pem", [])
+    assert unread["code"] == "E_TLS" and "Error loading certificate" in unread["message"]

@@ -23,13 +23,14 @@ CLIENTS = {"alice": "sk-alice-0123456789abcdef", "ci.bot": "sk-ci-bot-0123456789
 def render(**changes):
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters["hash"] = lambda value, kind: hashlib.new(kind, value.encode()).hexdigest()
+    env.filters["bool"] = lambda value: value is True or str(value).lower() in ("true", "yes", "1")
     with open(os.path.join(ROOT, "templates", "front.conf.j2")) as f:
         template = env.from_string(f.read())
     context = dict(front_name="gpuserve-llm-front", front_stage="service", front_workers=2, front_worker_connections=1024,
                    front_clients=CLIENTS, front_body_max_kib=192, front_rate_per_key=20, front_rate_burst=40,
                    front_connections_per_key=8, front_connections_per_address=16, front_retry_after=1,
                    front_listen="0.0.0.0:8020", front_upstream="127.0.0.1:18020", front_health_path="/health",
-                   front_routes=engines.PROFILES["vllm"]["front_routes"])
+                   front_routes=engines.PROFILES["vllm"]["front_routes"], llm_tls=False)
     context.update(changes)
     return template.render(**context)
 
@@ -80,6 +81,19 @@ def test_the_limits_are_the_settings():
     assert "error_page 502 503 504 =503 @unavailable;" in conf
 
 
+def test_with_tls_the_front_serves_https_only_and_says_so_to_plain_http():
+    plain, tls = render(), render(llm_tls=True)
+    assert "listen 0.0.0.0:8020;" in plain and "ssl" not in plain and "@plain_http" not in plain
+    assert "listen 0.0.0.0:8020 ssl;" in tls and "listen 0.0.0.0:8020;" not in tls
+    assert "ssl_certificate /etc/gpuserve/front.crt;" in tls and "ssl_certificate_key /etc/gpuserve/front.key;" in tls
+    assert "ssl_protocols TLSv1.2 TLSv1.3;" in tls
+    # nginx answers plain HTTP on an ssl port with its own code 497: refused with a word, never redirected.
+    assert "error_page 497 =400 @plain_http;" in tls
+    assert "use https://" in locations(tls)["@plain_http"] and "return 400" in locations(tls)["@plain_http"]
+    # The allow-list and the limits are the same either way.
+    assert set(locations(tls)) - {"@plain_http"} == set(locations(plain))
+
+
 def errors(**settings):
     given = dict(LLM, **settings)
     return [f for f in validate(given, SPECS.options, SPECS.internal)[0] if f["severity"] == "error"]
@@ -127,3 +141,15 @@ def test_the_engine_binds_to_loopback_or_a_private_address_unless_published_on_p
 def test_a_published_engine_is_a_warning_in_the_findings_preflight_reports():
     found = validate(dict(LLM, llm_engine_host="0.0.0.0", llm_engine_public=True), SPECS.options, SPECS.internal)[0]
     assert [(f["code"], f["severity"], f["subject"]) for f in found] == [("W_ENGINE_PUBLIC", "warning", "llm_engine_host")]
+
+
+@pytest.mark.parametrize("settings, subject, says", [
+    (dict(llm_tls_cert_file="/etc/ssl/front.pem"), "llm_tls_key_file", "llm_tls_cert_file is set but llm_tls_key_file"),
+    (dict(llm_tls_key_file="/etc/ssl/front.key"), "llm_tls_cert_file", "llm_tls_key_file is set but llm_tls_cert_file"),
+    (dict(llm_tls_names=["api.example.com", "bad name", "-x.example"]), "llm_tls_names", "['bad name', '-x.example']"),
+])
+def test_a_certificate_comes_with_its_key_and_the_names_are_names_or_addresses(settings, subject, says):
+    [found] = errors(llm_tls=True, **settings)
+    assert found["code"] == "E_CONFIG" and found["subject"] == subject and says in found["message"], found
+    assert errors(llm_tls=True, llm_tls_cert_file="/etc/ssl/f.pem", llm_tls_key_file="/etc/ssl/f.key",
+                  llm_tls_names=["*.example.com", "api.example.com", "10.0.0.9", "fd00::9"]) == []

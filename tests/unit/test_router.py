@@ -57,6 +57,7 @@ def test_a_router_reaches_an_engine_at_its_bind_or_at_the_hosts_address():
     assert fleet_url(8020, "10.0.0.5", "gpu1") == "http://10.0.0.5:8020"
     assert fleet_url(8020, "0.0.0.0", "gpu1.example") == "http://gpu1.example:8020"
     assert fleet_url(8020, "::", "fd00::5") == "http://[fd00::5]:8020"
+    assert fleet_url(8020, "0.0.0.0", "gpu1.example", True) == "https://gpu1.example:8020"  # a front with llm_tls
 
 
 def _findings(groups, **settings):
