@@ -29,6 +29,7 @@ author:
   - gpuserve.llm contributors (@gpuserve)
 extends_documentation_fragment:
   - gpuserve.llm.attributes
+  - gpuserve.llm.tls_client
 attributes:
   check_mode:
     support: none
@@ -172,16 +173,6 @@ options:
     description: Seconds one request may take.
     type: int
     default: 900
-  tls_ca_file:
-    description: >-
-      A CA certificate (PEM, on the host) that HTTPS endpoints are verified with (the collection's CA, with
-      C(llm_tls)); empty - the system's trust store.
-    type: path
-    default: ""
-  tls_verify:
-    description: Verify HTTPS endpoints' certificates (off for a given certificate that does not name loopback).
-    type: bool
-    default: true
   progress_file:
     description: Where to write the check running now (read by M(gpuserve.llm.job_progress)); empty for none.
     type: path
