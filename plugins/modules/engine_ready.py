@@ -14,10 +14,17 @@ short_description: Wait for the engine to be healthy, send a smoke request, read
 version_added: "0.1.0"
 description:
   - Polls the engine's health endpoint until it answers the expected status, watching the container - an engine
-    whose container stops fails at once, not at the timeout. Then one chat completion through the OpenAI API (the
-    smoke request) and the KV pool figures from the engine's pool endpoint.
-  - Fails with E_HEALTH (the container stopped, or not healthy in O(timeout) seconds) or E_SMOKE (the request
-    failed), each with the engine log's last lines.
+    whose container stops, is restarting or restarts fails at once, not at the timeout. A health answer counts only
+    when it is proven to come from that container - it is running, not restarting, its restart count has not risen
+    during the gate, and every socket listening on the URL's port (read from O(proc_root)/net/tcp and tcp6) is held
+    by a process of the container (its cgroup names the container id, or it is the container's main process or a
+    descendant of it; read from O(proc_root)/<pid>/fd, which needs root). Then one chat completion through the
+    OpenAI API (the smoke request) and the KV pool figures from the engine's pool endpoint, and the same proof
+    once more.
+  - Fails with E_HEALTH (the container stopped or restarts, with its restart count; not healthy in O(timeout)
+    seconds; the port's owner cannot be seen), E_PORT_BUSY (another process holds the port, named by pid and
+    command) or E_SMOKE (the request failed, or its reply has no content, tool call or reasoning), each with the
+    engine log's last lines.
 author:
   - gpuserve.llm contributors (@gpuserve)
 extends_documentation_fragment:
@@ -78,6 +85,16 @@ options:
     description: How many of the engine log's last lines a failure shows.
     type: int
     default: 30
+  fresh:
+    description:
+      - The container was just started - any restart it shows is a failure. Otherwise the restart count at the
+        gate's first look is the baseline that must not rise (a container serving for days may have restarted once).
+    type: bool
+    default: false
+  proc_root:
+    description: The host's procfs, where the port's sockets and their processes are read (a fixture tree in tests).
+    type: path
+    default: /proc
 """
 
 EXAMPLES = r"""
@@ -108,6 +125,12 @@ finding:
   description: On failure, the E_HEALTH or E_SMOKE finding.
   returned: failure
   type: dict
+served_by:
+  description:
+    - What answered - the container (name, short id, main pid, restart count) and the port with the processes
+      holding its listening sockets (pid, command).
+  returned: success
+  type: dict
 log_lines:
   description: On failure, the engine log's last lines.
   returned: failure
@@ -119,8 +142,13 @@ import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuserve.llm.plugins.module_utils import docker_api, engines
+from ansible_collections.gpuserve.llm.plugins.module_utils import docker_api, engines, port_owner
 from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
+
+try:
+    from urllib.parse import urlsplit
+except ImportError:  # Python 2 (ansible-test's import sanity only)
+    from urlparse import urlsplit  # type: ignore
 
 
 def fail_with_log(module, code, message):
@@ -131,6 +159,120 @@ def fail_with_log(module, code, message):
 def pool(engine, profile):
     status, text = engine.call(profile["pool"]["path"])
     return engines.pool_figures(profile["pool"]["parser"], text) if status == 200 else None
+
+
+def endpoint(url):
+    """(host, port) the gate reaches the engine at."""
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def held_by(proof):
+    return ", ".join("pid %d (%s) on %s" % (o["pid"], o["command"], o["address"]) for o in proof["others"])
+
+
+def port_hint(module, info, port):
+    """A foreign process holding the engine's port, said beside a container that cannot start ("" if none)."""
+    try:
+        proof = port_owner.owner(module.params["proc_root"], port, endpoint(module.params["url"])[0],
+                                 (info or {}).get("Id"), ((info or {}).get("State") or {}).get("Pid"))
+    except (IOError, OSError, ValueError):
+        return ""
+    if proof["state"] != "other":
+        return ""
+    return ("; port %d is held by %s, a process outside the container, so the engine cannot bind it: stop that "
+            "process or choose another llm_engine_port" % (port, held_by(proof)))
+
+
+def container_problem(module, info, baseline, port, when):
+    """Why the container is not the engine serving (stopped, restarting, restarted during the gate), or None."""
+    name = module.params["container"]
+    if info is None:
+        return "the engine container %s is gone %s (no container of that name)" % (name, when)
+    state = info.get("State") or {}
+    count = info.get("RestartCount") or 0
+    if state.get("Restarting") or count > baseline:
+        return ("the engine container %s is crash-looping %s: %s (restart count %d%s, last exit code %s)%s" % (
+            name, when, "restarting now" if state.get("Restarting") else "it exited and was restarted", count,
+            ", %d when the gate began" % baseline if baseline and count > baseline else "", state.get("ExitCode", "?"),
+            port_hint(module, info, port)))
+    if not state.get("Running"):
+        return "the engine container %s stopped %s (exit code %s%s%s)%s" % (
+            name, when, state.get("ExitCode", "?"), ", out of memory" if state.get("OOMKilled") else "",
+            ": %s" % state["Error"] if state.get("Error") else "", port_hint(module, info, port))
+    return None
+
+
+def prove(module, info, host, port):
+    """Whether the container holds every socket listening on the engine's port: ("ours", proof) when it
+    does; else (code, message) of the failure, code None while it may still come (nothing holds it yet)."""
+    p = module.params
+    state = info.get("State") or {}
+    proof = port_owner.owner(p["proc_root"], port, host, info.get("Id"), state.get("Pid"))
+    if proof["state"] == "ours":
+        return "ours", proof
+    if proof["state"] == "other":
+        return "E_PORT_BUSY", (
+            "port %d, the engine's (%s), is held by %s, not by the engine container %s (main pid %s): what answers "
+            "there is not this engine. Stop that process (kill %s) or set llm_engine_port to a free port, then rerun "
+            "the service stage" % (port, p["url"], held_by(proof), p["container"], state.get("Pid", "?"),
+                                   " ".join(str(pid) for pid in sorted(set(o["pid"] for o in proof["others"])))))
+    if proof["state"] == "unknown" and proof["unreadable"]:
+        return "E_HEALTH", (
+            "the socket listening on port %d (%s) is held by no process the gate can see: /proc/<pid>/fd of %d "
+            "processes could not be read. The gate must prove the engine container %s holds the port: run it as "
+            "root (ansible_become: true)" % (port, ", ".join(proof["listeners"]), proof["unreadable"], p["container"]))
+    return None, ("%s answered, but %s" % (
+        p["url"], "no socket listens on port %d in %s/net/tcp{,6}" % (port, p["proc_root"])
+        if proof["state"] == "none" else "no process holds the socket listening on port %d (%s)" % (
+            port, ", ".join(proof["listeners"]))))
+
+
+def inspect(module):
+    """The container's inspect document, None when there is none, or the error when the daemon did not answer."""
+    try:
+        return docker_api.inspect(module.params["docker_host"], module.params["container"]), None
+    except (IOError, OSError, ValueError) as e:
+        return None, "the Docker daemon: %s" % e
+
+
+def served_by(module, info, port, proof):
+    return {"container": module.params["container"], "id": (info.get("Id") or "")[:12],
+            "pid": (info.get("State") or {}).get("Pid"), "restart_count": info.get("RestartCount") or 0,
+            "port": port, "holders": [{"pid": o["pid"], "command": o["command"]} for o in proof["ours"]]}
+
+
+def check_again(module, baseline, host, port):
+    """After the smoke request: the same container still serving, unrestarted, holding the port."""
+    info, error = inspect(module)
+    if error:
+        fail_with_log(module, "E_HEALTH", "the engine container %s could not be looked at after the smoke request "
+                      "(%s)" % (module.params["container"], error))
+    problem = container_problem(module, info, baseline, port, "after it answered the smoke request")
+    if problem:
+        fail_with_log(module, "E_HEALTH", problem)
+    code, said = prove(module, info, host, port)
+    if code != "ours":
+        fail_with_log(module, code or "E_HEALTH", said + " (after the smoke request)")
+    return served_by(module, info, port, said)
+
+
+def smoke_reply(text):
+    """{content, finish_reason} of a chat completion that said something (content, a tool call, or
+    reasoning), else None."""
+    try:
+        choice = json.loads(text)["choices"][0]
+        message = choice.get("message") or {}
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    if not isinstance(message, dict):
+        return None
+    for said in (message.get("content"), message.get("tool_calls"),
+                 message.get("reasoning_content"), message.get("reasoning")):
+        if said and (not isinstance(said, str) or said.strip()):
+            return {"content": said if isinstance(said, str) else json.dumps(said),
+                    "finish_reason": choice.get("finish_reason")}
+    return None
 
 
 def main():
@@ -148,35 +290,45 @@ def main():
             max_tokens=dict(type="int", default=16, no_log=False),
             smoke_timeout=dict(type="int", default=300),
             log_lines=dict(type="int", default=30),
+            fresh=dict(type="bool", default=False),
+            proc_root=dict(type="path", default="/proc"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     profile = engines.PROFILES[p["engine"]]
     url = p["url"].rstrip("/")
+    host, port = endpoint(url)
     engine = Client(url, p["api_key"], timeout=10)
     start = time.time()
+    # The restart count that must not rise while the gate watches: none at all for a container just started,
+    # else the count at the first look the daemon answers.
+    baseline = 0 if p["fresh"] else None
+    first, error = inspect(module)
+    if not error and first is not None and baseline is None:
+        baseline = first.get("RestartCount") or 0
     last = "no answer yet"
     while True:
         status, text = engine.call(profile["health"]["path"], timeout=5)
-        if status == profile["health"]["status"]:
-            break
-        last = "HTTP %s: %s" % (status, text[:200]) if status else text
-        try:
-            info = docker_api.inspect(p["docker_host"], p["container"])
-        except (IOError, OSError, ValueError) as e:
-            info = {"State": {"Running": True}}  # the daemon did not answer: keep waiting on the engine
-            last = "%s (the Docker daemon: %s)" % (last, e)
-        if info is not None and (info.get("RestartCount") or info.get("State", {}).get("Restarting")):
-            fail_with_log(module, "E_HEALTH", "the engine container %s exited and was restarted (%d restarts) before "
-                          "it was healthy (last exit code %s)" % (p["container"], info.get("RestartCount") or 0,
-                                                                  info.get("State", {}).get("ExitCode", "?")))
-        if info is None or not info.get("State", {}).get("Running"):
-            state = (info or {}).get("State", {})
-            fail_with_log(module, "E_HEALTH", "the engine container %s stopped before it was healthy (exit code %s%s%s)"
-                          % (p["container"], state.get("ExitCode", "?"),
-                             ", out of memory" if state.get("OOMKilled") else "",
-                             ": %s" % state["Error"] if state.get("Error") else ""))
+        # Whatever answered, the container is looked at: an answer proves nothing until the port is its own.
+        info, error = inspect(module)
+        if error:
+            last = "%s (%s)" % ("HTTP %s" % status if status else text, error)
+        else:
+            if baseline is None:
+                baseline = (info or {}).get("RestartCount") or 0
+            problem = container_problem(module, info, baseline, port, "before it was healthy")
+            if problem:
+                fail_with_log(module, "E_HEALTH", problem)
+            if status == profile["health"]["status"]:
+                code, said = prove(module, info, host, port)
+                if code == "ours":
+                    break
+                if code:
+                    fail_with_log(module, code, said)
+                last = said
+            else:
+                last = "HTTP %s: %s" % (status, text[:200]) if status else text
         if time.time() - start > p["timeout"]:
             fail_with_log(module, "E_HEALTH", "%s%s did not answer %d within %d s (last: %s)" % (
                 url, profile["health"]["path"], profile["health"]["status"], p["timeout"], last))
@@ -186,20 +338,15 @@ def main():
     body = {"model": p["model"], "messages": [{"role": "user", "content": p["prompt"]}],
             "max_tokens": p["max_tokens"], "temperature": 0}
     status, text = engine.call("/v1/chat/completions", body, timeout=p["smoke_timeout"])
-    reply = None
-    if status == 200:
-        try:
-            choice = json.loads(text)["choices"][0]
-            message = choice.get("message") or {}
-            said = message.get("content") or message.get("reasoning_content") or message.get("tool_calls")
-            reply = {"content": said if isinstance(said, str) else json.dumps(said),
-                     "finish_reason": choice.get("finish_reason")}
-        except (ValueError, KeyError, IndexError, TypeError):
-            reply = None
+    reply = smoke_reply(text) if status == 200 else None
     if reply is None:
         fail_with_log(module, "E_SMOKE", "the smoke request (POST %s/v1/chat/completions, model %s) got %s: %s"
-                      % (url, p["model"], "HTTP %s" % status if status else "no answer", (text or "")[:500]))
-    module.exit_json(changed=False, healthy_after_s=healthy_after, reply=reply, pool=pool(engine, profile))
+                      % (url, p["model"], ("HTTP 200 but no reply (no content, tool call or reasoning)"
+                                           if status == 200 else "HTTP %s" % status if status else "no answer"),
+                         (text or "")[:500] or "(an empty body)"))
+    figures = pool(engine, profile)
+    module.exit_json(changed=False, healthy_after_s=healthy_after, reply=reply, pool=figures,
+                     served_by=check_again(module, baseline, host, port))
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@ import ipaddress
 import json
 import os
 import ssl
+import threading
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
@@ -19,6 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+import sysfs_tree
 from conftest import broken_image, docker, service_containers as containers
 
 API_KEY = "sk-service-test-SECRET"
@@ -175,3 +178,51 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
                      "the health gate" % (prefix, prefix)), both
     assert both.says("The last lines of its log:") and not both.says("passed the health gate"), both
     assert API_KEY not in both.output
+
+
+class Squatter(BaseHTTPRequestHandler):
+    """Not the engine: a process that took the engine's port, answering /health 200 and every chat completion
+    with a null reply (what the issue's first bring-up met)."""
+
+    def log_message(self, *_args):
+        pass
+
+    def answer(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):  # noqa: N802 (the http.server name)
+        self.answer({})
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.answer({"choices": [{"message": {"role": "assistant", "content": None}, "finish_reason": "stop"}]})
+
+
+def test_a_process_answering_on_the_engines_port_is_never_said_live(service, docker_host, tmp_path):
+    """Issue 38 item 7: another process takes the engine's port after preflight found it free (the preflight reads
+    a procfs where nothing listens, standing for the moment it looked) and answers /health 200 there, while the
+    new container cannot bind and restarts. The gate names the port and the process and fails; no LIVE line."""
+    fleet, prefix = service
+    port = int(ENGINE.rsplit(":", 1)[1])
+    squatter = ThreadingHTTPServer(("127.0.0.1", port), Squatter)
+    threading.Thread(target=squatter.serve_forever, daemon=True).start()
+    try:
+        looked = sysfs_tree.make_proc(str(tmp_path / "proc-at-preflight"))
+        run = fleet.run("site.yml", "-e", "preflight_proc_root=" + looked, "-e", "autotune_llamacpp=false")
+    finally:
+        squatter.shutdown()
+        squatter.server_close()
+    assert run.rc != 0, run
+    assert not run.says("is now LIVE!"), run
+    assert not run.says("E_PORT_BUSY [error] cpu1 port %d" % port), "the preflight's finding, not the gate's"
+    # Whether the container was still loading (its port held by the squatter) or already restarting when the gate
+    # looked, the failure is the gate's, on the new slot, naming the port and this process.
+    assert (run.says("E_PORT_BUSY [error] cpu1 %s-a: port %d, the engine's" % (prefix, port))
+            or run.says("E_HEALTH [error] cpu1 %s-a: the engine container %s-a " % (prefix, prefix))), run
+    assert run.says("is held by pid %d (" % os.getpid()), run
+    assert containers(docker_host, prefix) == {}, "the failed container is removed"
