@@ -8,11 +8,9 @@ __metaclass__ = type
 
 import os
 
-from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
-from ansible_collections.gpuserve.llm.plugins.module_utils.settings import display, load_specs, validate
+from ansible_collections.gpuserve.llm.plugins.module_utils.settings import TYPED, display, load_specs, validate_templated
 
 COLLECTION = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -31,18 +29,21 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         specs = load_specs(COLLECTION)
-        given, unresolved = {}, []
-        for name in sorted(task_vars or {}):
-            if not specs.is_setting(name):
-                continue
-            try:
-                given[name] = self._templar.template(task_vars[name])
-            except AnsibleError as e:
-                # A setting built from another that is missing: name it, never its text (it may hold a secret).
-                unresolved.append(finding("E_CONFIG", name, "%s could not be resolved: %s" % (
-                    name, type(e).__name__ if name in specs.secret() else str(e).splitlines()[0]), variable=name))
-        findings, values = validate(given, specs.options, specs.internal, (task_vars or {}).get("group_names", ()))
-        findings = unresolved + findings
+        task_vars = task_vars or {}
+        raw = dict((name, task_vars[name]) for name in task_vars if specs.is_setting(name))
+
+        def render(value, typed):
+            """A setting's value rendered; with `typed`, templates that read llm_settings read the values
+            validated first (in the first play it is not set yet, in a later one it is the last play's)."""
+            if typed is None:
+                return self._templar.template(value)
+            variables = dict((name, task_vars[name]) for name in task_vars)
+            variables[TYPED] = typed
+            return self._templar.copy_with_new_env(available_variables=variables).template(value)
+
+        # Rendering errors are judged there and named in words (never Jinja's text: it may hold a secret).
+        findings, values = validate_templated(raw, render, specs.options, specs.internal,
+                                              task_vars.get("group_names", ()), set(task_vars))
         result.update(changed=False, findings=findings, errors=len([f for f in findings if f["severity"] == "error"]),
                       settings=values, display=display(values, specs.options))
         return result

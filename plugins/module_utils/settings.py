@@ -81,9 +81,11 @@ ELEMENT_RANGES = {
     "autotune_llamacpp_threads": (1, None),
     "autotune_llamacpp_batch_sizes": (1, None),
     "autotune_llamacpp_ubatch_sizes": (1, None),
-    "verify_needle_sizes": (0.01, 1),
+    # verify_needle_sizes: fractions of llm_context or token counts (NEEDLE_SIZES, its own check)
     "verify_needle_depths": (0, 1),
 }
+# verify_needle_sizes: each a fraction of llm_context in this range, or a token count above it (verify_checks).
+NEEDLE_FRACTIONS = (0.01, 1)
 # Text settings with a form: (pattern, what is allowed).
 FORMS = {
     "preflight_min_compute_capability": (r"^\d+\.\d+$", "a compute capability such as 8.9"),
@@ -193,9 +195,33 @@ DENSE_CONVERSIONS = {("bf16", "fp8")}
 MASK = "<hidden>"
 
 
+def shown(value):
+    """A value as the user wrote it in YAML: text quoted, null, true and false, lists and mappings of them."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[%s]" % ", ".join(shown(v) for v in value)
+    if isinstance(value, dict):
+        return "{%s}" % ", ".join("%s: %s" % (shown(k), shown(v)) for k, v in value.items())
+    if isinstance(value, str):
+        return repr(str(value))
+    return repr(value)
+
+
+def range_text(low, high, elements=False):
+    """What a range allows, in words: '1 to 65535', '1 or more' (never 'to any'); for a list's elements,
+    'a list of numbers from 1 to 1024', 'a list of numbers, each 1 or more'."""
+    if elements:
+        return ("a list of numbers, each %s or more" % low if high is None
+                else "a list of numbers from %s to %s" % (low, high))
+    return "%s or more" % low if high is None else "%s to %s" % (low, high)
+
+
 def _bad(code, name, value, allowed, secret=False):
-    shown = "(hidden)" if secret else repr(value)
-    return finding(code, name, "%s is %s; allowed: %s" % (name, shown, allowed), variable=name,
+    shown_value = "(hidden)" if secret else shown(value)
+    return finding(code, name, "%s is %s; allowed: %s" % (name, shown_value, allowed), variable=name,
                    value=None if secret else value, allowed=allowed)
 
 
@@ -299,13 +325,18 @@ def _check_numbers(values, options, findings):
         if kind in ("int", "float") and value is not None:
             low, high = _number_range(name, option)
             if value < low or (high is not None and value > high):
-                findings.append(_bad("E_CONFIG", name, value, "%s to %s" % (low, high if high is not None else "any")))
+                findings.append(_bad("E_CONFIG", name, value, range_text(low, high)))
+                values.pop(name)
+        elif name == "verify_needle_sizes" and value:
+            low, high = NEEDLE_FRACTIONS
+            if not all(low <= v <= high or (v > high and v == int(v)) for v in value):
+                findings.append(_bad("E_CONFIG", name, value, "a list of fractions of llm_context from %s to %s, "
+                                     "or of token counts (whole numbers above %s)" % (low, high, high)))
                 values.pop(name)
         elif kind == "list" and option.get("elements") in ("int", "float") and value and name != "llm_gpus":
             low, high = ELEMENT_RANGES.get(name, (0, None))
             if any(v < low or (high is not None and v > high) for v in value):
-                findings.append(_bad("E_CONFIG", name, value, "a list of numbers from %s to %s" % (
-                    low, high if high is not None else "any")))
+                findings.append(_bad("E_CONFIG", name, value, range_text(low, high, elements=True)))
                 values.pop(name)
 
 
@@ -337,9 +368,10 @@ def _check_forms(values, findings, secret=()):
 ROUTER_PORTS = ("router_port", "router_admin_port", "router_metrics_port")
 
 
-def _check_router_ports(values, options, groups, findings):
-    """A router host's three ports differ, and none is its own engine's (a host of llm_hosts too)."""
-    if "llm_routers" not in groups:
+def _check_router_ports(values, options, groups, findings, refused=()):
+    """A router host's three ports differ, and none is its own engine's (a host of llm_hosts too). A port
+    refused on its own is not compared (nor stood in for by its default)."""
+    if "llm_routers" not in groups or refused & set(ROUTER_PORTS + ("llm_port", "llm_engine_port")):
         return
     ports = dict((n, values.get(n, options.get(n, {}).get("default"))) for n in ROUTER_PORTS)
     if None in ports.values():
@@ -376,8 +408,9 @@ def _check_engine_bind(values, findings):
             "on its own routes (vLLM's key guards only /v1); allowed: 127.0.0.1, or a private address of the host "
             "that the router hosts reach; set llm_engine_public: true to publish it anyway (W_ENGINE_PUBLIC)" % host,
             variable="llm_engine_host", value=host, allowed="a loopback or private address"))
+        values.pop("llm_engine_host")
     if values.get("llm_engine_port") is not None and values.get("llm_engine_port") == values.get("llm_port"):
-        findings.append(_bad("E_CONFIG", "llm_engine_port", values["llm_engine_port"],
+        findings.append(_bad("E_CONFIG", "llm_engine_port", values.pop("llm_engine_port"),
                              "a port other than llm_port (the front listens there)"))
 
 
@@ -471,10 +504,13 @@ def validate(settings, options, internal=(), groups=()):
             continue
         spec = dict((k, v) for k, v in option.items() if k in ("type", "choices", "elements", "no_log"))
         result = ArgumentSpecValidator({name: spec}).validate({name: settings[name]})
-        # Ansible's str type turns a list or mapping into its text; a setting never means that.
-        mistyped = option.get("type", "str") == "str" and isinstance(settings[name], (list, dict))
+        kind, given = option.get("type", "str"), settings[name]
+        # Ansible's str and path types turn a list or mapping into its text, and its int type takes true
+        # for 1; a setting never means that. No setting is null (YAML's empty value): each has a default.
+        mistyped = (given is None or (kind in ("str", "path") and isinstance(given, (list, dict)))
+                    or (kind in ("int", "float") and isinstance(given, bool)))
         if result.error_messages or mistyped:
-            findings.append(_bad("E_CONFIG", name, settings[name], _allowed(option), name in secret))
+            findings.append(_bad("E_CONFIG", name, given, _allowed(option), name in secret))
         else:
             values[name] = result.validated_parameters[name]
 
@@ -484,40 +520,51 @@ def validate(settings, options, internal=(), groups=()):
         if name in values and not str(values[name]).strip():
             findings.append(_bad("E_CONFIG", name, values[name], "a non-empty string"))
             values.pop(name)
+
+    def refuse(name, allowed):
+        findings.append(_bad("E_CONFIG", name, values.pop(name), allowed))
+
     if values.get("llm_model") and not REPO.match(values["llm_model"]):
-        findings.append(_bad("E_CONFIG", "llm_model", values["llm_model"], "a Hugging Face repo id, org/name"))
+        refuse("llm_model", "a Hugging Face repo id, org/name")
 
     name = values.get("llm_container_name")
     if name is not None and not CONTAINER_NAME.match(str(name)):
-        findings.append(_bad("E_CONFIG", "llm_container_name", name,
-                             "a Docker container name: letters, digits, '_', '.', '-', starting with a letter or digit"))
+        refuse("llm_container_name", "a Docker container name: letters, digits, '_', '.', '-', starting with a letter "
+               "or digit")
 
     drafter = values.get("llm_drafter")
     if drafter is not None and drafter not in DRAFTER_METHODS and not REPO.match(drafter):
-        findings.append(_bad("E_CONFIG", "llm_drafter", drafter, "mtp, off, ngram, or a draft model repo org/name"))
+        refuse("llm_drafter", "mtp, off, ngram, or a draft model repo org/name")
 
     if "llm_media_urls" in values:
         media = values["llm_media_urls"]
         ok = media in ("data_only", "any") or (
             isinstance(media, list) and media and all(isinstance(d, str) and DOMAIN.match(d) for d in media))
         if not ok:
-            findings.append(_bad("E_CONFIG", "llm_media_urls", media, "data_only, any, or a list of domain names"))
+            refuse("llm_media_urls", "data_only, any, or a list of domain names")
 
     gpus = values.get("llm_gpus")
     if gpus is not None:
         if any(g < 0 for g in gpus):
-            findings.append(_bad("E_CONFIG", "llm_gpus", gpus, "GPU indices of 0 or more"))
+            refuse("llm_gpus", "GPU indices of 0 or more")
         elif len(set(gpus)) != len(gpus):
-            findings.append(_bad("E_CONFIG", "llm_gpus", gpus, "each GPU index once"))
+            refuse("llm_gpus", "each GPU index once")
+    _check_secrets(values, options, findings)
+    _check_client_keys(values, findings)
 
+    # Cross-field rules and the engine's limits read only settings that passed on their own: a setting
+    # refused above is not judged again through another (one finding per mistake).
+    gpus = values.get("llm_gpus")
     context, window = values.get("llm_context"), values.get("llm_model_max_context")
     if context is not None and window is not None and context > window:
         findings.append(finding("E_CONTEXT", "llm_context", "llm_context is %d tokens, beyond the model's window of "
                                 "%d (llm_model_max_context)" % (context, window),
                                 variable="llm_context", value=context, allowed="at most %d" % window))
+        values.pop("llm_context")
+        context = None
     reply = values.get("llm_max_tokens")
     if reply is not None and context is not None and reply > context:
-        findings.append(_bad("E_CONFIG", "llm_max_tokens", reply, "at most llm_context (%d)" % context))
+        refuse("llm_max_tokens", "at most llm_context (%d)" % context)
 
     engine = values.get("llm_engine")
     if engine in GPU_ENGINES and gpus == []:
@@ -531,14 +578,103 @@ def validate(settings, options, internal=(), groups=()):
                                 "(llm_model_dense) and %s converts only bf16 to fp8 at load; serve a %s checkpoint "
                                 "(llm_model), or set llm_dense: %s" % (dense, model_dense, engine, dense, model_dense),
                                 variable="llm_dense", engine=engine))
+    for unsupported in set(f["details"]["variable"] for f in findings if f["code"] == "E_UNSUPPORTED"):
+        values.pop(unsupported, None)
+    # In order, each refused one taken out before the next rule reads it (vision refused: no media-URL rule).
     for name, applies, why, alternative in UNSUPPORTED.get(engine, []):
         if name in values and applies(values):
-            findings.append(finding("E_UNSUPPORTED", name, "%s is %r on %s: %s; %s" % (
-                name, values[name], engine, why, alternative), variable=name, engine=engine))
-    _check_router_ports(values, options, groups, findings)
-    _check_secrets(values, options, findings)
+            findings.append(finding("E_UNSUPPORTED", name, "%s is %s on %s: %s; %s" % (
+                name, shown(values.pop(name)), engine, why, alternative), variable=name, engine=engine))
+    refused = set(name for name in settings if name not in values)
+    _check_router_ports(values, options, groups, findings, refused)
     _check_engine_bind(values, findings)
-    _check_client_keys(values, findings)
     _check_tls(values, findings)
 
     return findings, values
+
+
+# The typed settings, as templates read them (validate.yml's fact): `llm_settings.llm_context` reads llm_context.
+TYPED = "llm_settings"
+# Names a template reads that are no variables: Jinja's globals and Ansible's.
+TEMPLATE_GLOBALS = frozenset(("range", "dict", "lipsum", "cycler", "joiner", "namespace", "lookup", "query", "q",
+                              "now", "undef", "true", "false", "none", "True", "False", "None", "omit"))
+
+
+def references(value):
+    """The variables a value's templates read ({{ llm_data_dir }}/hf reads llm_data_dir; llm_settings.llm_context
+    reads llm_settings and llm_context), in lists and mappings too; () for a value with no template."""
+    from jinja2 import Environment, meta, nodes  # the controller's Jinja2 (ansible-core's dependency)
+
+    if isinstance(value, dict):
+        return set().union(*[references(v) for v in value.values()]) if value else set()
+    if isinstance(value, (list, tuple)):
+        return set().union(*[references(v) for v in value]) if value else set()
+    if not isinstance(value, str) or ("{{" not in value and "{%" not in value):
+        return set()
+    try:
+        tree = Environment().parse(str(value))
+    except Exception:  # a template Jinja cannot read: it fails when rendered, and is named then
+        return set()
+    names = set(meta.find_undeclared_variables(tree))
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        if isinstance(node.node, nodes.Name) and node.node.name == TYPED:
+            key = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
+            if isinstance(key, str):
+                names.add(key)
+    return names
+
+
+def validate_templated(raw, render, options, internal=(), groups=(), defined=()):
+    """Render and validate the settings as given (`raw`: {name: value, templates unrendered}), so that the user
+    sees one finding per mistake, in words: never a template's or Python's error text.
+
+    `render(value, typed)` renders a value (raising on failure) with `typed` as llm_settings when it is not
+    None; `defined`: every variable name in scope. A setting whose template reads llm_settings is rendered
+    with the values validated first. A setting computed from one that was refused (or could not be computed)
+    is neither reported nor handed on: the finding on the setting it reads says what to correct. A template
+    that fails on its own is named with what it reads that is not set. Returns (findings, values) as validate().
+    """
+    reads = dict((name, references(value)) for name, value in raw.items())
+    # What each setting reads, through the settings it reads (llm_context -> llm_model_max_context ...).
+    closure = {}
+    for name in raw:
+        seen, todo = set(), list(reads[name])
+        while todo:
+            other = todo.pop()
+            if other not in seen:
+                seen.add(other)
+                todo.extend(reads.get(other, ()))
+        closure[name] = seen
+    given, unresolved = {}, {}
+    later = sorted(name for name in raw if TYPED in closure[name])
+    for name in sorted(raw):
+        if name not in later:
+            try:
+                given[name] = render(raw[name], None)
+            except Exception:
+                unresolved[name] = True
+    if later:
+        first = validate(given, options, internal, groups)[1]
+        for name in later:
+            try:
+                given[name] = render(raw[name], first)
+            except Exception:
+                unresolved[name] = True
+    findings, values = validate(given, options, internal, groups)
+    refused = set(f["details"]["variable"] for f in findings
+                  if f["severity"] == "error" and f.get("details", {}).get("variable") in raw) | set(unresolved)
+    derived = set(name for name in raw if closure[name] & refused)
+    kept = [f for f in findings if f.get("details", {}).get("variable") not in derived]
+    for name in sorted(set(unresolved) - derived):
+        missing = sorted(n for n in reads[name] - TEMPLATE_GLOBALS if n not in defined and n != TYPED and n not in raw)
+        if missing:
+            why = "it reads %s, which %s not set" % (", ".join(missing), "is" if len(missing) == 1 else "are")
+        elif reads[name] - {TYPED}:
+            why = "its template, which reads %s, gives no value" % ", ".join(sorted(reads[name] - {TYPED}))
+        else:
+            why = "its template gives no value"
+        kept.append(finding("E_CONFIG", name, "%s could not be computed: %s; allowed: %s, or a template of settings "
+                            "that are set" % (name, why, _allowed(options.get(name, {}))), variable=name))
+    for name in derived:
+        values.pop(name, None)
+    return kept, values

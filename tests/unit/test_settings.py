@@ -50,9 +50,9 @@ def test_the_recipe_defaults_are_valid():
     ("llm_parallel", 5000, "E_CONFIG", "1 to 1024"),
     ("llm_port", 0, "E_CONFIG", "1 to 65535"),
     ("llm_port", 70000, "E_CONFIG", "1 to 65535"),
-    ("llm_kv_cap_gib", -1, "E_CONFIG", "0 to any"),
-    ("llm_reserve_gib", -1, "E_CONFIG", "0 to any"),
-    ("llm_max_tokens", 0, "E_CONFIG", "1 to any"),
+    ("llm_kv_cap_gib", -1, "E_CONFIG", "0 or more"),
+    ("llm_reserve_gib", -1, "E_CONFIG", "0 or more"),
+    ("llm_max_tokens", 0, "E_CONFIG", "1 or more"),
     # empty
     ("llm_model", "", "E_CONFIG", "a non-empty string"),
     ("llm_served_model_name", " ", "E_CONFIG", "a non-empty string"),
@@ -184,22 +184,22 @@ def test_the_display_copy_masks_every_option_the_specs_mark_no_log():
 
 @pytest.mark.parametrize("name, value, allowed", [
     ("preflight_expected_power_w", "250W", "a number"),
-    ("preflight_min_free_mib", -1, "0 to any"),
+    ("preflight_min_free_mib", -1, "0 or more"),
     ("preflight_min_compute_capability", "Hopper", "a compute capability such as 8.9"),
     ("host_venv_index_url", "ftp://mirror/simple", "an http(s) URL, or empty"),
     ("host_venv_packages", {"nvidia-ml-py": 1}, "a list of str"),
     ("service_serial", "0", "a number of hosts (1 or more), a percentage (1% to 100%), or a list of them"),
     ("service_serial", "150%", "a number of hosts (1 or more), a percentage (1% to 100%), or a list of them"),
-    ("service_health_timeout", 0, "1 to any"),
+    ("service_health_timeout", 0, "1 or more"),
     ("service_log_max_size", "100 MB", "a size such as 100m (Docker's json-file max-size)"),
     ("service_restart_policy", "sometimes", "one of no, on-failure, always, unless-stopped"),
     ("weights_rsync_bind", "all", "an IPv4 or IPv6 address to bind"),
     ("weights_rsync_port", 70000, "1 to 65535"),
-    ("weights_progress_interval", 0, "1 to any"),
+    ("weights_progress_interval", 0, "1 or more"),
     ("image_git_commit", "main", "a full commit hash (40 hex digits), or empty"),
     ("autotune_moe", "fast", "one of off, reduced, full"),
     ("bench_concurrency", [1, 0], "a list of numbers from 1 to 1024"),
-    ("verify_needle_sizes", [0.5, 2.0], "a list of numbers from 0.01 to 1"),
+    ("verify_needle_sizes", [0.5, 2.5], "a list of fractions of llm_context from 0.01 to 1, or of token counts (whole numbers above 1)"),
     ("verify_timeout", "an hour", "an integer"),
     ("host_setup", "maybe", "true or false"),
     ("host_docker_source", "snap", "one of distribution, docker"),
@@ -210,7 +210,7 @@ def test_the_display_copy_masks_every_option_the_specs_mark_no_log():
     ("host_docker_version", "latest", "Docker's upstream version such as 29.7.1"),
     ("host_nvidia_toolkit_version", "1.18.2", "a package version such as 1.18.2-1"),
     ("host_apt_mirror", "mirror.internal/apt", "an http(s) URL, or empty"),
-    ("host_docker_timeout", 0, "1 to any"),
+    ("host_docker_timeout", 0, "1 or more"),
 ])
 def test_every_role_knob_is_validated_like_the_llm_settings(name, value, allowed):
     findings = check(**{name: value})
