@@ -175,6 +175,12 @@ CODES = {
     "W_TOOL_MISSING": (
         WARNING, "a check could not run because the host lacks a tool (named)",
         "Install the named tool on the host to have the check run."),
+    "W_CHECK_SKIPPED": (
+        WARNING, "a check could not be made for want of data (the check, the GPUs or file and why named): NVML did "
+        "not answer a query it needs, or a file it reads could not be read; it neither passed nor failed",
+        "Check what is named another way (nvidia-smi -q -i N, lspci -vv, ss -ltn): a query the GPU or its driver "
+        "does not support stays unanswered; a driver that fails one needs repair until nvidia-smi answers it; a "
+        "file that cannot be read needs root (become)."),
     "W_NO_AUTH": (
         WARNING, "a front is bound beyond loopback and asks no key (llm_client_keys and llm_api_key empty)",
         "Set llm_client_keys (from Ansible Vault), or bind llm_host (router_bind) to 127.0.0.1."),

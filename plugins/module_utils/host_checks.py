@@ -78,8 +78,8 @@ def check_acs(sysfs, gpu_bus_ids):
         bridges = upstream_bridges(sysfs, bdf)
         if bridges is None:
             findings.append(finding("W_TOOL_MISSING", "sysfs %s" % bdf,
-                                    "no %s in %s/bus/pci/devices: the ACS check cannot follow GPU %s to the root"
-                                    % (bdf, sysfs, bus_id), tool="sysfs PCI tree"))
+                                    "no %s in %s/bus/pci/devices: the ACS and IOMMU checks cannot follow GPU %s "
+                                    "to the root" % (bdf, sysfs, bus_id), tool="sysfs PCI tree"))
             continue
         for bridge in bridges:
             if bridge in facts:
@@ -117,7 +117,16 @@ def check_iommu(sysfs, proc, gpu_bus_ids):
         pass
     for bus_id in gpu_bus_ids:
         bdf = sysfs_bdf(bus_id)
-        type_file = os.path.join(sysfs, "bus", "pci", "devices", bdf, "iommu_group", "type")
+        device = os.path.join(sysfs, "bus", "pci", "devices", bdf)
+        if not os.path.exists(device):
+            facts["groups"][bdf] = "unknown"
+            # With two GPUs or more the ACS check has named the GPU missing from sysfs, and these checks with it.
+            if len(gpu_bus_ids) < 2:
+                findings.append(finding("W_CHECK_SKIPPED", "GPU %s" % bus_id, "the IOMMU check (W_IOMMU) was not made "
+                                        "on GPU %s: no %s in %s/bus/pci/devices" % (bus_id, bdf, sysfs),
+                                        check="W_IOMMU", what="IOMMU", gpus=[bus_id]))
+            continue
+        type_file = os.path.join(device, "iommu_group", "type")
         try:
             with open(type_file) as f:
                 kind = f.read().strip()
@@ -152,13 +161,16 @@ def check_docker_group(user, uid, groups, socket_gid, group_db):
 
 
 def _listeners(proc):
-    """(address, port) of every listening TCP socket, from /proc/net/tcp and tcp6."""
-    found = []
+    """(address, port) of every listening TCP socket, from /proc/net/tcp and tcp6; and the error reading
+    /proc/net/tcp, which every kernel has (tcp6 is absent where IPv6 is off: no IPv6 listener then)."""
+    found, unreadable = [], None
     for name, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
         try:
             with open(os.path.join(proc, "net", name)) as f:
                 lines = f.readlines()[1:]
-        except (IOError, OSError):
+        except (IOError, OSError) as e:
+            if name == "tcp":
+                unreadable = "%s could not be read (%s)" % (os.path.join(proc, "net", name), e.strerror or e)
             continue
         for line in lines:
             fields = line.split()
@@ -169,13 +181,17 @@ def _listeners(proc):
             # The kernel prints each 32-bit word in host (little-endian) order.
             raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
             found.append((socket.inet_ntop(family, raw), int(port_hex, 16)))
-    return found
+    return found, unreadable
 
 
 def check_port(proc, host, port):
     """E_PORT_BUSY when something listens on the port at the bind address or a wildcard."""
     wild = ("0.0.0.0", "::")
-    clash = [(a, p) for a, p in _listeners(proc)
+    listeners, unreadable = _listeners(proc)
+    if unreadable:
+        return [finding("W_CHECK_SKIPPED", "port %d" % port, "the port check (E_PORT_BUSY) was not made on port %d: %s"
+                        % (port, unreadable), check="E_PORT_BUSY", what="port", port=port)]
+    clash = [(a, p) for a, p in listeners
              if p == port and (a in wild or host in wild or a == host or a == "::ffff:%s" % host)]
     if clash:
         return [finding("E_PORT_BUSY", "port %d" % port, "port %d is already listened on (%s); the bind address is %s"

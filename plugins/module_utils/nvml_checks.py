@@ -160,11 +160,13 @@ def _pids_in_containers(pids, container_ids, proc_root):
     return ours
 
 
-def _processes(call, handle):
+def _processes(call, handle, unanswered):
     procs = {}
-    for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+    for key, fn in (("compute_processes", "nvmlDeviceGetComputeRunningProcesses"),
+                    ("graphics_processes", "nvmlDeviceGetGraphicsRunningProcesses")):
         listed, err = call(fn, handle)
         if err:
+            unanswered[key] = err
             continue
         for p in listed or []:
             pid = getattr(p, "pid", None)
@@ -181,35 +183,44 @@ def _device_facts(call, index):
     if err:
         return None, err
     gpu = {"index": index}
+    # What a check needs and NVML did not answer: {fact: error}, so that the check says it was not made.
+    unanswered = {}
+
+    def ask(key, fn, *args):
+        value, err = call(fn, handle, *args)
+        if err:
+            unanswered[key] = err
+        return value
+
     gpu["name"] = _text(call("nvmlDeviceGetName", handle)[0])
     gpu["uuid"] = _text(call("nvmlDeviceGetUUID", handle)[0])
-    pci = call.value("nvmlDeviceGetPciInfo", handle)
+    pci = ask("pci_bus_id", "nvmlDeviceGetPciInfo")
     gpu["pci_bus_id"] = _text(getattr(pci, "busId", None)) if pci is not None else None
-    mem = call.value("nvmlDeviceGetMemoryInfo", handle)
+    mem = ask("memory_free_mib", "nvmlDeviceGetMemoryInfo")
     if mem is not None:
         gpu["memory_total_mib"] = int(mem.total // MIB)
         gpu["memory_free_mib"] = int(mem.free // MIB)
         gpu["memory_used_mib"] = int(mem.used // MIB)
-    cc = call.value("nvmlDeviceGetCudaComputeCapability", handle)
+    cc = ask("compute_capability", "nvmlDeviceGetCudaComputeCapability")
     gpu["compute_capability"] = "%d.%d" % tuple(cc) if cc else None
-    enforced = call.value("nvmlDeviceGetEnforcedPowerLimit", handle)
+    enforced = ask("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit")
     gpu["power_limit_w"] = enforced / 1000.0 if enforced is not None else None
     default = call.value("nvmlDeviceGetPowerManagementDefaultLimit", handle)
     gpu["power_default_w"] = default / 1000.0 if default is not None else None
     constraints = call.value("nvmlDeviceGetPowerManagementLimitConstraints", handle)
     gpu["power_range_w"] = [c / 1000.0 for c in constraints] if constraints else None
-    mig = call.value("nvmlDeviceGetMigMode", handle)
+    mig = ask("mig_mode", "nvmlDeviceGetMigMode")
     gpu["mig_mode"] = {"current": mig[0], "pending": mig[1]} if mig else None
     for key, fn in (("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
                     ("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),
                     ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth"),
                     ("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth")):
-        gpu[key] = call(fn, handle)[0]
-    ecc = call.value("nvmlDeviceGetEccMode", handle)
+        gpu[key] = ask(key, fn)
+    ecc = ask("ecc_mode", "nvmlDeviceGetEccMode")
     gpu["ecc_mode"] = {"current": ecc[0], "pending": ecc[1]} if ecc else None
-    gpu["ecc_uncorrected_volatile"] = call(
-        "nvmlDeviceGetTotalEccErrors", handle, MEMORY_ERROR_TYPE_UNCORRECTED, VOLATILE_ECC)[0]
-    rows = call.value("nvmlDeviceGetRemappedRows", handle)
+    gpu["ecc_uncorrected_volatile"] = ask("ecc_uncorrected_volatile", "nvmlDeviceGetTotalEccErrors",
+                                          MEMORY_ERROR_TYPE_UNCORRECTED, VOLATILE_ECC)
+    rows = ask("remapped_rows", "nvmlDeviceGetRemappedRows")
     gpu["remapped_rows"] = (dict(zip(("correctable", "uncorrectable", "pending", "failure"), rows))
                             if rows else None)
     retired = {}
@@ -217,12 +228,15 @@ def _device_facts(call, index):
         pages, perr = call("nvmlDeviceGetRetiredPages", handle, cause)
         if not perr:
             retired[key] = len(pages or [])
+        else:
+            unanswered["retired_pages"] = perr
     pending, perr = call("nvmlDeviceGetRetiredPagesPendingStatus", handle)
     if not perr:
         retired["pending"] = int(pending)
     gpu["retired_pages"] = retired or None
     gpu["temperature_c"] = call("nvmlDeviceGetTemperature", handle, 0)[0]
-    gpu["processes"] = _processes(call, handle)
+    gpu["processes"] = _processes(call, handle, unanswered)
+    gpu["unanswered"] = unanswered
     return (gpu, handle), None
 
 
@@ -270,6 +284,14 @@ def run_checks(nvml, gpus, min_free_mib, expected_power_w, min_compute_capabilit
             return facts, findings
         facts["count"] = count
 
+        if min_cuda_version and not cuda:
+            findings.append(finding(
+                "W_CHECK_SKIPPED", "driver %s" % facts["driver_version"],
+                "the driver's CUDA version was not checked against the image's (CUDA %s, E_DRIVER_CUDA): NVML did "
+                "not report the CUDA version the driver supports (%s)" % (min_cuda_version, "; ".join(
+                    u["error"] for u in call.unanswered if u["call"].startswith("nvmlSystemGetCudaDriverVersion"))
+                    or "no version"),
+                check="E_DRIVER_CUDA", image_cuda=str(min_cuda_version)))
         if min_cuda_version and cuda:
             needed = cuda_version_int(min_cuda_version)
             if cuda < needed:
@@ -303,6 +325,7 @@ def run_checks(nvml, gpus, min_free_mib, expected_power_w, min_compute_capabilit
                                               max_ecc_uncorrected, max_retired_pages,
                                               own_container_ids, proc_root))
 
+        findings.extend(_skipped_findings([g for g in facts["gpus"] if g["selected"]], expected_power_w))
         selected = [i for i in gpus if i in handles]
         facts["p2p"] = [_p2p(call, handles, a, b) for a in selected for b in selected if a != b]
         findings.extend(_p2p_findings(facts["p2p"]))
@@ -377,6 +400,83 @@ def _gpu_findings(gpu, min_free_mib, expected_power_w, min_cc, max_ecc, max_reti
     if short:
         out.append(finding("W_PCIE_LINK", subject, "%s links at %s" % (label, " and ".join(short)),
                            pcie_gen=gen, pcie_gen_max=gen_max, pcie_width=width, pcie_width_max=width_max))
+    return out
+
+
+def _not_supported(error):
+    """NVML's Not Supported: the GPU has no such feature (no MIG, no ECC), as opposed to a query that failed."""
+    return "NotSupported" in error or "Not Supported" in error
+
+
+def _skipped(gpu, expected_power_w):
+    """[(check, the code it stands for, why it was not made)] for one GPU: every check whose reading NVML did
+    not answer. A GPU without MIG (NVML: Not Supported) has no MIG mode to judge: its check is made."""
+    missing = gpu.get("unanswered") or {}
+    out = []
+
+    def why(*keys):
+        return "; ".join("%s (%s)" % (WHAT[k], missing[k]) for k in keys if k in missing)
+
+    if "compute_capability" in missing:
+        out.append(("compute capability", "E_GPU_ARCH", why("compute_capability")))
+    if "mig_mode" in missing and not _not_supported(missing["mig_mode"]):
+        out.append(("MIG mode", "E_MIG", why("mig_mode")))
+    if "ecc_uncorrected_volatile" in missing:
+        off = (gpu.get("ecc_mode") or {}).get("current") == 0
+        out.append(("uncorrected ECC errors", "E_GPU_HEALTH", "ECC is off on it, so NVML counts none (%s)" % missing[
+            "ecc_uncorrected_volatile"] if off else why("ecc_uncorrected_volatile")))
+    # Row remapping (Ampere and later) or page retirement (before): either one answering is the check made.
+    if gpu.get("remapped_rows") is None and gpu.get("retired_pages") is None:
+        out.append(("row remapping and retired pages", "E_GPU_HEALTH", why("remapped_rows", "retired_pages")))
+    if "compute_processes" in missing or "graphics_processes" in missing:
+        out.append(("other processes", "E_GPU_BUSY", why("compute_processes", "graphics_processes")))
+    if "memory_free_mib" in missing:
+        out.append(("free memory", "E_GPU_MEMORY", why("memory_free_mib")))
+    if expected_power_w and "power_limit_w" in missing:
+        out.append(("power limit", "W_POWER", why("power_limit_w")))
+    link = [k for k in ("pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max") if k in missing]
+    if link:
+        part = ("PCIe link" if len([k for k in link if "gen" in k]) and len([k for k in link if "width" in k])
+                else "PCIe link generation" if "gen" in link[0] else "PCIe link width")
+        out.append((part, "W_PCIE_LINK", why(*link)))
+    if "pci_bus_id" in missing:
+        out.append(("ACS and IOMMU (host checks)", "E_ACS", why("pci_bus_id") + ", so the host checks cannot find "
+                    "it in sysfs"))
+    return out
+
+
+# What each reading is, in the words of a skipped check's message.
+WHAT = {
+    "compute_capability": "NVML did not report the compute capability",
+    "mig_mode": "NVML did not report the MIG mode",
+    "ecc_uncorrected_volatile": "NVML did not report the uncorrected ECC error count",
+    "remapped_rows": "NVML did not report the remapped rows",
+    "retired_pages": "nor the retired pages",
+    "compute_processes": "NVML did not list the compute processes",
+    "graphics_processes": "NVML did not list the graphics processes",
+    "memory_free_mib": "NVML did not report the memory",
+    "power_limit_w": "NVML did not report the enforced power limit",
+    "pcie_gen": "NVML did not report the current PCIe link generation",
+    "pcie_gen_max": "NVML did not report the maximum PCIe link generation",
+    "pcie_width": "NVML did not report the current PCIe link width",
+    "pcie_width_max": "NVML did not report the maximum PCIe link width",
+    "pci_bus_id": "NVML did not report the PCI bus id",
+}
+
+
+def _skipped_findings(gpus, expected_power_w):
+    """One W_CHECK_SKIPPED per check and reason, naming the GPUs it was not made on: the check neither
+    passed nor failed there, and the report says so instead of nothing."""
+    grouped = {}
+    for gpu in gpus:
+        for check, code, why in _skipped(gpu, expected_power_w):
+            grouped.setdefault((check, code, why), []).append(gpu["index"])
+    out = []
+    for (check, code, why), indices in sorted(grouped.items(), key=lambda kv: (kv[1][0], kv[0])):
+        where = ("GPU %d" if len(indices) == 1 else "GPUs %s") % (
+            indices[0] if len(indices) == 1 else ", ".join(str(i) for i in indices))
+        out.append(finding("W_CHECK_SKIPPED", where, "the %s check (%s) was not made on %s: %s" % (
+            check, code, where, why), check=code, what=check, gpus=indices, why=why))
     return out
 
 

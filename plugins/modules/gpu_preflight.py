@@ -108,7 +108,10 @@ findings:
       message: GPU 0 (NVIDIA H200, 00000000:00:06.0) enforces a 700 W power limit, not the expected 250 W; it is not changed
       fix: Results may differ from the recipe's; set the limit yourself if you mean to, or set preflight_expected_power_w.
 gpus:
-  description: Every GPU the driver sees, with memory in MiB, power in W, PCIe link, ECC, MIG and processes.
+  description:
+    - Every GPU the driver sees, with memory in MiB, power in W, PCIe link, ECC, MIG and processes.
+    - C(unanswered) maps each reading NVML did not give to its error; a check that needs one is not made on that
+      GPU and says so (W_CHECK_SKIPPED, naming the check, the GPUs and NVML's answer).
   returned: when NVML initialised
   type: list
   elements: dict

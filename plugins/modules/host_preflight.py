@@ -96,7 +96,8 @@ acs:
   returned: always
   type: dict
 iommu:
-  description: The kernel's iommu options and each GPU's IOMMU group type (null = no IOMMU).
+  description: The kernel's iommu options and each GPU's IOMMU group type (null = no IOMMU; unknown = the GPU is
+    not in sysfs).
   returned: always
   type: dict
 disk:

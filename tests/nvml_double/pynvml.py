@@ -197,12 +197,21 @@ def nvmlSystemGetNVMLVersion():
     return _scenario()["nvml_version"]
 
 
+def _system(key):
+    data = _scenario()
+    if data.get(key) is None:
+        raise NVMLError_NotSupported()
+    if _failed(data[key]):
+        _raise(data[key])
+    return data[key]
+
+
 def nvmlSystemGetCudaDriverVersion():
-    return _scenario()["cuda_driver"]
+    return _system("cuda_driver")
 
 
 def nvmlSystemGetCudaDriverVersion_v2():
-    return _scenario()["cuda_driver"]
+    return _system("cuda_driver")
 
 
 def nvmlDeviceGetCount():
@@ -310,6 +319,10 @@ def nvmlDeviceGetRetiredPagesPendingStatus(handle):
 
 def _procs(handle, kind):
     listed = _value(handle, "procs").get(kind, [])
+    if listed is None:
+        raise NVMLError_NotSupported()
+    if _failed(listed):
+        _raise(listed)
     return [_Struct(pid=p["pid"], usedGpuMemory=p.get("usedGpuMemory")) for p in listed]
 
 

@@ -70,6 +70,7 @@ def codes(findings):
     ("w_pcie_link.json", [("W_PCIE_LINK", "GPU 3")]),
     ("w_p2p_unknown.json", [("W_P2P_UNKNOWN", "GPU pair 0->3"), ("W_P2P_UNKNOWN", "GPU pair 0->3")]),
     ("w_p2p_unknown_every_pair.json", [("W_P2P_UNKNOWN", "all 12 GPU pairs")]),
+    ("w_check_skipped.json", [("W_CHECK_SKIPPED", "GPU 2")]),
 ])
 def test_each_scenario_gives_exactly_its_codes(replay, scenario, expected):
     _facts, findings = run(replay, scenario)
@@ -80,7 +81,7 @@ def test_each_scenario_gives_exactly_its_codes(replay, scenario, expected):
 
 def test_every_gpu_code_has_a_scenario():
     gpu_codes = {"E_NO_DRIVER", "E_NVML", "E_GPU_COUNT", "E_GPU_ARCH", "E_DRIVER_CUDA", "E_GPU_HEALTH", "E_MIG",
-                 "E_GPU_MEMORY", "E_GPU_BUSY", "E_P2P", "W_POWER", "W_PCIE_LINK", "W_P2P_UNKNOWN"}
+                 "E_GPU_MEMORY", "E_GPU_BUSY", "E_P2P", "W_POWER", "W_PCIE_LINK", "W_P2P_UNKNOWN", "W_CHECK_SKIPPED"}
     stems = [f.split(".")[0].upper() for f in os.listdir(SCENARIOS)]
     assert [c for c in sorted(gpu_codes) if not any(s.startswith(c) for s in stems)] == []
 
@@ -97,7 +98,12 @@ def test_real_h200_reading_two_gpus_p2p_ok_both_ways(replay):
         assert "ArgumentError" in pair["caps"]["read"]["error"]
         assert pair["topology"] == "HOSTBRIDGE"
     # The READ query raised on every pair of that host: one warning naming the capability, never E_P2P.
-    assert codes(findings) == [("W_P2P_UNKNOWN", "all 2 GPU pairs")]
+    # The probe recorded no maximum link width, ECC error count, remapped rows or retired pages: each check
+    # that needs them says it was not made, on both GPUs at once (issue 38 item 4).
+    assert codes(findings) == [("W_CHECK_SKIPPED", "GPUs 0, 1")] * 3 + [("W_P2P_UNKNOWN", "all 2 GPU pairs")]
+    assert sorted(f["details"]["check"] for f in findings if f["code"] == "W_CHECK_SKIPPED") == [
+        "E_GPU_HEALTH", "E_GPU_HEALTH", "W_PCIE_LINK"]
+    findings = [f for f in findings if f["code"] == "W_P2P_UNKNOWN"]
     assert findings[0]["details"]["capability"] == "read" and findings[0]["details"]["pairs"] == ["0-1", "1-0"]
     assert findings[0]["message"].startswith("NVML could not answer the read peer-access query on any of the 2 GPU "
                                              "pairs (ArgumentError: ")
@@ -223,7 +229,11 @@ def test_any_exception_from_a_call_is_recorded_not_raised(replay):
     nvml.nvmlDeviceGetMemoryInfo = broken
     del nvml.nvmlDeviceGetRemappedRows  # an older binding without the call
     facts, findings = nvml_checks.run_checks(nvml, [0, 1], 90000, 250)
-    assert findings == []
+    # no traceback, and the checks those calls feed say they were not made
+    assert [(f["code"], f["subject"], f["details"]["what"]) for f in findings] == [
+        ("W_CHECK_SKIPPED", "GPUs 0, 1", "free memory"),
+        ("W_CHECK_SKIPPED", "GPUs 0, 1", "row remapping and retired pages")]
+    assert "RuntimeError: binding exploded" in findings[0]["message"]
     calls = {u["call"] for u in facts["nvml_unanswered"]}
     assert {"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetRemappedRows"} <= calls
     assert "memory_free_mib" not in facts["gpus"][0]
@@ -257,3 +267,64 @@ def test_a_query_no_pair_answers_is_one_warning_and_the_probes_not_supported_sta
     _facts, some = run(replay, "w_p2p_unknown.json")
     assert [(f["subject"], f["details"]["capability"]) for f in some] == [("GPU pair 0->3", "read"),
                                                                           ("GPU pair 0->3", "write")]
+
+
+FAILED = {"nvml_error": "Unknown Error", "code": 999}
+
+
+@pytest.mark.parametrize("patch, check, what, words", [
+    # issue 38: no maximum PCIe width reported - the link check was skipped with no word
+    ({"pcie_width_max": None}, "W_PCIE_LINK", "PCIe link width", "the maximum PCIe link width (NVMLError_NotSupported"),
+    ({"pcie_gen": FAILED}, "W_PCIE_LINK", "PCIe link generation", "the current PCIe link generation (NVMLError"),
+    ({"pcie_gen_max": None, "pcie_width": None}, "W_PCIE_LINK", "PCIe link", "maximum PCIe link generation"),
+    ({"cc": None}, "E_GPU_ARCH", "compute capability", "the compute capability"),
+    ({"mig": FAILED}, "E_MIG", "MIG mode", "the MIG mode (NVMLError: Unknown Error)"),
+    ({"ecc_uncorrected_volatile": None}, "E_GPU_HEALTH", "uncorrected ECC errors", "ECC is off on it"),
+    ({"ecc_uncorrected_volatile": None, "ecc": [1, 1]}, "E_GPU_HEALTH", "uncorrected ECC errors",
+     "the uncorrected ECC error count"),
+    ({"remapped_rows": None}, "E_GPU_HEALTH", "row remapping and retired pages",
+     "the remapped rows (NVMLError_NotSupported: Not Supported); nor the retired pages"),
+    ({"procs": {"nvmlDeviceGetComputeRunningProcesses": FAILED, "nvmlDeviceGetGraphicsRunningProcesses": []}},
+     "E_GPU_BUSY", "other processes", "did not list the compute processes"),
+    ({"memory": None}, "E_GPU_MEMORY", "free memory", "the memory"),
+    ({"power_enforced_mw": None}, "W_POWER", "power limit", "the enforced power limit"),
+    ({"pci_bus_id": None}, "E_ACS", "ACS and IOMMU (host checks)", "the host checks cannot find it in sysfs"),
+])
+def test_a_check_skipped_for_want_of_data_says_what_and_why(replay, tmp_path, patch, check, what, words):
+    """Every GPU check a missing reading skips is W_CHECK_SKIPPED naming the check, the GPU and NVML's answer;
+    the other GPUs, which answered, have no finding."""
+    with open(os.path.join(SCENARIOS, "rtxpro6000x4-healthy.json")) as f:
+        reading = json.load(f)
+    reading["devices"][1].update(patch)  # a value, or a failure in its place (extends would patch a list by index)
+    path = tmp_path / "skipped.json"
+    path.write_text(json.dumps(reading))
+    facts, findings = run(replay, str(path))
+    assert codes(findings) == [("W_CHECK_SKIPPED", "GPU 1")], findings
+    found = findings[0]
+    assert found["severity"] == "warning" and found["details"]["check"] == check and found["details"]["what"] == what
+    assert found["message"].startswith("the %s check (%s) was not made on GPU 1: " % (what, check))
+    assert words in found["message"], found["message"]
+    assert set(facts["gpus"][1]["unanswered"]) - set(facts["gpus"][0]["unanswered"])
+
+
+def test_a_gpu_without_mig_has_its_mig_check_made(replay, tmp_path):
+    """NVML's Not Supported for the MIG mode is a GPU without MIG (RTX cards): MIG is off, nothing skipped."""
+    path = tmp_path / "no_mig.json"
+    path.write_text(json.dumps({"extends": os.path.join(SCENARIOS, "rtxpro6000x4-healthy.json"),
+                                "devices": {"1": {"mig": None}}}))
+    assert run(replay, str(path))[1] == []
+
+
+def test_the_same_gap_on_several_gpus_is_one_warning_and_the_driver_cuda_check_says_so_too(replay, tmp_path):
+    path = tmp_path / "gaps.json"
+    path.write_text(json.dumps({"extends": os.path.join(SCENARIOS, "rtxpro6000x4-healthy.json"), "cuda_driver": None,
+                                "devices": dict((str(i), {"pcie_width_max": None}) for i in range(4))}))
+    findings = run(replay, str(path))[1]
+    assert codes(findings) == [("W_CHECK_SKIPPED", "GPUs 0, 1, 2, 3"), ("W_CHECK_SKIPPED", "driver 580.95.05")]
+    cuda = [f for f in findings if f["subject"].startswith("driver")][0]
+    assert cuda["details"]["check"] == "E_DRIVER_CUDA"
+    assert cuda["message"] == ("the driver's CUDA version was not checked against the image's (CUDA 12.8, "
+                               "E_DRIVER_CUDA): NVML did not report the CUDA version the driver supports "
+                               "(NVMLError_NotSupported: Not Supported; NVMLError_NotSupported: Not Supported)")
+    # no image CUDA to meet (llama.cpp): nothing to check, nothing skipped
+    assert codes(run(replay, str(path), min_cuda_version=None)[1]) == [("W_CHECK_SKIPPED", "GPUs 0, 1, 2, 3")]

@@ -133,3 +133,26 @@ def test_disk_budgets_sharing_a_path_are_added_and_the_present_bytes_counted_onc
     item = facts[0]["items"][0]
     assert item["what"] == "checkpoint + drafter" and item["budget_gib"] == pytest.approx(0.004)
     assert item["need_gib"] == pytest.approx(0.004 - 2 / 1024.0, abs=0.0005)
+
+
+def test_a_host_check_skipped_for_want_of_data_says_what_and_why(tmp_path):
+    """Issue 38 item 4: a port check with no /proc/net/tcp to read, an IOMMU check with the GPU missing from
+    sysfs (one GPU: no ACS check to say it) are W_CHECK_SKIPPED naming the check and why, never a pass."""
+    proc = str(tmp_path / "proc")
+    os.makedirs(proc)
+    port = host_checks.check_port(proc, "0.0.0.0", 8020)
+    assert codes(port) == [("W_CHECK_SKIPPED", "port 8020")]
+    assert port[0]["details"]["check"] == "E_PORT_BUSY"
+    assert port[0]["message"].startswith("the port check (E_PORT_BUSY) was not made on port 8020: %s/net/tcp could "
+                                         "not be read (" % proc)
+    # no tcp6 (IPv6 off) is no IPv6 listener: the check is made on tcp
+    make_proc(str(tmp_path / "v4"), [("0.0.0.0", 8020)])
+    os.remove(str(tmp_path / "v4" / "net" / "tcp6"))
+    assert codes(host_checks.check_port(str(tmp_path / "v4"), "0.0.0.0", 8020)) == [("E_PORT_BUSY", "port 8020")]
+    iommu = host_checks.check_iommu(str(tmp_path), proc, [NVML_A])[0]
+    assert codes(iommu) == [("W_CHECK_SKIPPED", "GPU %s" % NVML_A)]
+    assert "the IOMMU check (W_IOMMU) was not made on GPU %s: no %s in" % (NVML_A, GPU_A) in iommu[0]["message"]
+    # two GPUs: the ACS check names each missing one, for both checks; the IOMMU check adds nothing
+    assert host_checks.check_iommu(str(tmp_path), proc, [NVML_A, NVML_B])[0] == []
+    assert "the ACS and IOMMU checks cannot follow" in host_checks.check_acs(str(tmp_path), [NVML_A, NVML_B])[0][0][
+        "message"]
