@@ -119,7 +119,7 @@ def refusals(settings, caps, repo, commit):
             variable="llm_vision", engine=settings.get("llm_engine")))
     if settings.get("llm_drafter") == "mtp" and caps.get("mtp_layers") == 0:
         out.append(finding(
-            "E_UNSUPPORTED", "llm_drafter", "llm_drafter is 'mtp' but %s has no MTP layers; set llm_drafter: off, "
+            "E_UNSUPPORTED", "llm_drafter", "llm_drafter is 'mtp' but %s has no MTP layers; set llm_drafter: 'off', "
             "ngram (vLLM, SGLang) or a draft model repo, or serve a checkpoint with MTP layers" % where,
             variable="llm_drafter", engine=settings.get("llm_engine")))
     return out

@@ -123,7 +123,7 @@ def _dummy(s):
 _DUMMY_DRAFT = (
     "llm_drafter", lambda s: _dummy(s) and s.get("llm_drafter") not in DRAFTER_METHODS,
     "dummy mode makes no draft model folder for this engine",
-    "set llm_drafter: mtp (the text folder has an MTP layer), ngram or off, or llm_weights: hub")
+    "set llm_drafter: mtp (the text folder has an MTP layer), ngram or 'off', or llm_weights: hub")
 GLM_VISION = re.compile(r"glm-4\.\dv", re.I)
 
 
@@ -139,7 +139,7 @@ UNSUPPORTED = {
         ("llm_drafter", lambda s: _glm_vision(s) and s.get("llm_drafter") == "mtp",
          "vLLM 0.26.0 has no MTP drafting for GLM's vision models (Glm4vMoeForConditionalGeneration): it exits with "
          "\"Unsupported speculative method: 'mtp'\"",
-         "set llm_drafter: ngram or off, or llm_vision: false with a text model"),
+         "set llm_drafter: ngram or 'off', or llm_vision: false with a text model"),
     ],
     "sglang": [
         _DUMMY_DRAFT,
@@ -176,10 +176,10 @@ UNSUPPORTED = {
          "set llm_dense to the GGUF's (llm_model_dense), or llm_engine: vllm"),
         ("llm_drafter", lambda s: s.get("llm_drafter") == "ngram",
          "the llama.cpp profile has no n-gram drafting",
-         "set llm_drafter: off, mtp or a draft GGUF repo, or llm_engine: vllm"),
+         "set llm_drafter: 'off', mtp or a draft GGUF repo, or llm_engine: vllm"),
         ("llm_drafter", lambda s: _dummy(s) and s.get("llm_drafter") == "mtp",
          "the dummy GGUF has no MTP head",
-         "set llm_drafter to a draft repo name (a second dummy GGUF is made as the draft model) or off"),
+         "set llm_drafter to a draft repo name (a second dummy GGUF is made as the draft model) or 'off'"),
         ("llm_kv_cap_gib", lambda s: s.get("llm_kv_cap_gib", 0) > 0,
          "the llama.cpp profile runs on the CPU: its cache is sized by llm_context x llm_parallel, not in GiB",
          "set llm_kv_cap_gib: 0"),
@@ -223,6 +223,19 @@ def _bad(code, name, value, allowed, secret=False):
     shown_value = "(hidden)" if secret else shown(value)
     return finding(code, name, "%s is %s; allowed: %s" % (name, shown_value, allowed), variable=name,
                    value=None if secret else value, allowed=allowed)
+
+
+# YAML 1.1 (Ansible's) reads off, no, on, yes unquoted as booleans: `llm_drafter: off` arrives as false.
+YAML_BOOL_WORDS = {False: ("off", "no", "false"), True: ("on", "yes", "true")}
+
+
+def yaml_word(name, option, value):
+    """The word a boolean stood for before YAML read it, where a text setting takes that word (off for llm_drafter
+    and autotune_moe, no for service_restart_policy, written unquoted); None for any other value."""
+    if not isinstance(value, bool) or option.get("type", "str") != "str":
+        return None
+    words = option.get("choices") or (DRAFTER_METHODS if name == "llm_drafter" else ())
+    return next((w for w in YAML_BOOL_WORDS[value] if w in words), None)
 
 
 def _allowed(option):
@@ -503,8 +516,14 @@ def validate(settings, options, internal=(), groups=()):
         if name not in settings:
             continue
         spec = dict((k, v) for k, v in option.items() if k in ("type", "choices", "elements", "no_log"))
-        result = ArgumentSpecValidator({name: spec}).validate({name: settings[name]})
         kind, given = option.get("type", "str"), settings[name]
+        word = yaml_word(name, option, given)
+        if word is not None:
+            # The roles read the variable too, where false is not the word: refused, saying how to write it.
+            findings.append(_bad("E_CONFIG", name, given, "%s: '%s', quoted (YAML reads %s unquoted as %s)" % (
+                name, word, word, shown(given))))
+            continue
+        result = ArgumentSpecValidator({name: spec}).validate({name: given})
         # Ansible's str and path types turn a list or mapping into its text, and its int type takes true
         # for 1; a setting never means that. No setting is null (YAML's empty value): each has a default.
         mistyped = (given is None or (kind in ("str", "path") and isinstance(given, (list, dict)))
