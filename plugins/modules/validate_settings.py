@@ -19,6 +19,11 @@ description:
     indices, a well-formed port and bind address) and what the chosen engine can honour.
   - Each failure is a finding - E_CONFIG, E_CONTEXT or E_UNSUPPORTED - naming the variable, the value and what
     is allowed; a variable with a setting's prefix that the collection does not know is W_UNKNOWN_SETTING.
+  - One finding per mistake, in words. A setting computed from one that was refused (C(llm_context) from
+    C(llm_model_max_context), C(preflight_image_cuda) from C(llm_engine)) is neither reported nor handed on, and
+    a rule across settings reads only those that passed. The settings whose templates read C(llm_settings) are
+    rendered with the values validated first. A template that cannot be computed is named with what it reads
+    that is not set, never with the template error's text.
   - Runs on the controller (an action plugin); needs nothing from the host and changes nothing. Secret values
     (options with no_log) are never shown.
 author:

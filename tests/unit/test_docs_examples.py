@@ -82,8 +82,7 @@ def _settings_in(data):
             if isinstance(key, str) and key in OPTIONS:
                 yield key, value
             else:
-                for item in _settings_in(value):
-                    yield item
+                yield from _settings_in(value)
 
 
 def spec_examples():

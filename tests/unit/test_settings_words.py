@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpuserve.llm.plugins.module_utils.settings import (
-    load_specs, range_text, references, validate, validate_templated)
+    load_specs, range_text, references, validate)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPECS = load_specs(ROOT)
