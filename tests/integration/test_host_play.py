@@ -713,10 +713,12 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         for container in sh(docker_host, name, "docker ps -aq").stdout.split():
             data = json.loads(sh(docker_host, name, "docker inspect " + container).stdout)[0]
             labels = data["Config"]["Labels"] or {}
-            # The engines and the fronts hold the internal key in their environment (a front puts it in place of
-            # the client's key), the one place it must be.
-            env = data["Config"].pop("Env") if "gpuserve.llm.engine" in labels or "gpuserve.llm.front" in labels else []
-            assert not env or any(e.startswith(("LLAMA_API_KEY=", "GPUSERVE_UPSTREAM_KEY=")) for e in env), data["Name"]
+            # The engines, the fronts and the router hold the internal key in their environment (a front puts it
+            # in place of the client's key; the router sends it on /v1/responses), the one place it must be.
+            holders = ("gpuserve.llm.engine", "gpuserve.llm.front", "gpuserve.llm.router")
+            env = data["Config"].pop("Env") if any(h in labels for h in holders) else []
+            assert not env or any(e.startswith(("LLAMA_API_KEY=", "GPUSERVE_UPSTREAM_KEY=", "GPUSERVE_ROUTER_API_KEY="))
+                                  for e in env), data["Name"]
             inspected["docker inspect %s on %s" % (data["Name"], name)] = json.dumps(data)
     assert len(inspected) == 8, sorted(inspected)  # the three engines and their fronts, the router and its front
     # remove.yml: the engines' containers and the router's go; the images stay.
