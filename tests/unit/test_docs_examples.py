@@ -9,21 +9,11 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpuserve.llm.plugins.module_utils.settings import load_specs, validate
+from ansible_collections.gpuserve.llm.plugins.module_utils.settings import validate
+from settings_bases import CPU, DEFAULTS, OPTIONS, ROOT, SGLANG, SPECS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SPECS = load_specs(ROOT)
-OPTIONS = SPECS.options
-with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
-    DEFAULTS = yaml.safe_load(f)
-DEFAULTS.update(llm_context=DEFAULTS["llm_model_max_context"], llm_engine_port=DEFAULTS["llm_port"] + 10000,
-                llm_model_dense="fp8", llm_data_dir="/var/lib/gpuserve",
-                llm_hf_cache_dir="/var/lib/gpuserve/hf", llm_cache_dir="/var/lib/gpuserve/cache")
 # The profiles a documented value may belong to: the recipe (vLLM), the CPU profile (llama.cpp), SGLang.
-BASES = [DEFAULTS,
-         dict(DEFAULTS, llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4",
-              llm_model_dense="q4", llm_kv_cap_gib=0, llm_reserve_gib=0, llm_drafter="off", llm_media_urls="any"),
-         dict(DEFAULTS, llm_engine="sglang", llm_media_urls="any", llm_kv_cap_gib=0, llm_thinking=True)]
+BASES = [DEFAULTS, dict(CPU, llm_media_urls="any"), SGLANG]
 DOCS = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 PREFIXES = SPECS.prefixes
 SETTING = r"(?:%s)[a-z0-9_]+" % "|".join(re.escape(p) for p in PREFIXES)
