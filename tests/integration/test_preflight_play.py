@@ -101,7 +101,7 @@ def test_bad_settings_stop_their_host_before_anything_changes(fleet):
     assert result.rc == 2 or result.rc == 4, result
     assert result.codes("watts") == ["E_CONFIG", "E_CONFIG"]
     assert "preflight_expected_power_w is '250W'; allowed: a number" in " ".join(result.output.split())
-    assert "preflight_min_free_mib is -1; allowed: 0 to any" in " ".join(result.output.split())
+    assert "preflight_min_free_mib is -1; allowed: 0 or more" in " ".join(result.output.split())
     assert not os.path.exists(str(watts / "bin" / "python"))
     report = result.report()
     assert report["watts"]["status"] == "ERROR" and report["gone"]["status"] == "FAILED", report["gone"]
