@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 import yaml
@@ -30,6 +31,8 @@ TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(TESTS)
 SCENARIOS = os.path.join(TESTS, "nvml_scenarios")
 BIN = os.path.dirname(sys.executable)
+# Every playbook run's wall time, for the summary at the end (where the test command's time goes).
+PLAYBOOK_TIMES = []
 
 
 def _double():
@@ -219,23 +222,43 @@ class Fleet:
 
     def run(self, playbook="site.yml", *args, **extra_env):
         argv, env = self._command(playbook, args, extra_env)
+        started = time.monotonic()
         proc = subprocess.run(argv, cwd=str(self.dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=600, check=False)
-        return Result(proc, self.dir)
+        return Result(proc, self.dir, timed=(started, [playbook] + list(args)))
 
     def start(self, playbook="site.yml", *args, **extra_env):
         """The playbook in the background (to act on the hosts while it runs); finish() waits for it."""
         argv, env = self._command(playbook, args, extra_env)
-        return subprocess.Popen(argv, cwd=str(self.dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, cwd=str(self.dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
+        proc.timed = (time.monotonic(), [playbook] + list(args))
+        return proc
 
     def finish(self, proc):
         proc.stdout = proc.communicate(timeout=600)[0]
-        return Result(proc, self.dir)
+        return Result(proc, self.dir, timed=proc.timed)
+
+
+def _shown(args):
+    """A run's arguments for the summary: extra variables by name only (some are test secrets)."""
+    return " ".join(re.sub(r"^([\w.]+)=.*", r"\1=...", str(a)) for a in args)[:110]
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not PLAYBOOK_TIMES:
+        return
+    total = sum(t[0] for t in PLAYBOOK_TIMES)
+    terminalreporter.section("playbook runs: %d, %.0f s in all; the slowest" % (len(PLAYBOOK_TIMES), total))
+    for seconds, test, args in sorted(PLAYBOOK_TIMES, reverse=True)[:30]:
+        terminalreporter.write_line("%7.1f s  %-48s %s" % (seconds, test[:48], args))
 
 
 class Result:
-    def __init__(self, proc, workdir):
+    def __init__(self, proc, workdir, timed=None):
+        if timed is not None:  # (started, what ran)
+            test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[-1].split(" ")[0]
+            PLAYBOOK_TIMES.append((time.monotonic() - timed[0], test, _shown(timed[1])))
         self.rc = proc.returncode
         self.output = proc.stdout
         self.workdir = workdir

@@ -251,9 +251,11 @@ class HostFleet(object):
         env.pop("NVML_REPLAY_SCENARIO", None)
         argv = [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, playbook), "-i",
                 str(self.workdir / "hosts.yml")] + self.args + list(args)
+        started = time.monotonic()
         proc = subprocess.run(argv, cwd=str(self.workdir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=900, check=False)
-        self.runs.append((" ".join([playbook] + list(args)), Result(proc, self.workdir)))
+        self.runs.append((" ".join([playbook] + list(args)),
+                          Result(proc, self.workdir, timed=(started, [playbook] + self.args + list(args)))))
         return self.runs[-1][1]
 
 
