@@ -142,6 +142,19 @@ def belongs(proc_root, pid, container_id, container_pid):
     return False
 
 
+def sees(proc_root, container_id, container_pid):
+    """Whether the container's main process shows in proc_root as itself (its cgroup names the container):
+    false when the Docker daemon runs in another PID namespace (a daemon in a container, or on another
+    machine through llm_docker_host), where no process of the container can be seen and no port proven."""
+    if not container_pid or not container_id:
+        return False
+    cgroup = _read(os.path.join(proc_root, str(container_pid), "cgroup"))
+    if cgroup is None:
+        return False
+    # cgroup v2 in a cgroup namespace prints "0::/": the id cannot show, the pid being there is the proof.
+    return container_id in cgroup or cgroup.strip() == "0::/"
+
+
 def owner(proc_root, port, host, container_id, container_pid):
     """Who holds the sockets listening on `port` that connections to `host` reach.
 

@@ -22,7 +22,7 @@ description:
     OpenAI API (the smoke request) and the KV pool figures from the engine's pool endpoint, and the same proof
     once more.
   - Fails with E_HEALTH (the container stopped or restarts, with its restart count; not healthy in O(timeout)
-    seconds; the port's owner cannot be seen), E_PORT_BUSY (another process holds the port, named by pid and
+    seconds; the port's owner cannot be read without root), E_PORT_BUSY (another process holds the port, named by pid and
     command) or E_SMOKE (the request failed, or its reply has no content, tool call or reasoning), each with the
     engine log's last lines.
 author:
@@ -129,6 +129,9 @@ served_by:
   description:
     - What answered - the container (name, short id, main pid, restart count) and the port with the processes
       holding its listening sockets (pid, command).
+    - Where the container's processes cannot be seen in O(proc_root) (its Docker daemon runs in another PID
+      namespace or on another machine), no holder is listed and C(finding) holds a W_CHECK_SKIPPED finding
+      saying that the port's owner was not checked.
   returned: success
   type: dict
 log_lines:
@@ -142,7 +145,7 @@ import json
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuserve.llm.plugins.module_utils import docker_api, engines, port_owner
+from ansible_collections.gpuserve.llm.plugins.module_utils import codes, docker_api, engines, port_owner
 from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
 
 try:
@@ -217,6 +220,11 @@ def prove(module, info, host, port):
             "there is not this engine. Stop that process (kill %s) or set llm_engine_port to a free port, then rerun "
             "the service stage" % (port, p["url"], held_by(proof), p["container"], state.get("Pid", "?"),
                                    " ".join(str(pid) for pid in sorted(set(o["pid"] for o in proof["others"])))))
+    if proof["state"] == "unknown" and not proof["unreadable"] and not port_owner.sees(
+            p["proc_root"], info.get("Id"), state.get("Pid")):
+        # The daemon's processes are not in this PID namespace: the port cannot be proven, the container's
+        # state (running, no restart) is all the gate has, and it says so.
+        return "unproven", proof
     if proof["state"] == "unknown" and proof["unreadable"]:
         return "E_HEALTH", (
             "the socket listening on port %d (%s) is held by no process the gate can see: /proc/<pid>/fd of %d "
@@ -252,10 +260,17 @@ def check_again(module, baseline, host, port):
     if problem:
         fail_with_log(module, "E_HEALTH", problem)
     code, said = prove(module, info, host, port)
-    if code != "ours":
+    if code not in ("ours", "unproven"):
         fail_with_log(module, code or "E_HEALTH", said + " (after the smoke request)")
-    return served_by(module, info, port, said)
-
+    served = served_by(module, info, port, said)
+    if code == "unproven":
+        served["finding"] = codes.finding(
+            "W_CHECK_SKIPPED", "port %d" % port,
+            "who holds port %d (%s) was not checked: the engine container %s's processes are not visible in %s (its "
+            "Docker daemon runs in another PID namespace or on another machine); the gate relied on the container "
+            "running with no restart" % (port, ", ".join(said["listeners"]), module.params["container"],
+                                         module.params["proc_root"]))
+    return served
 
 def smoke_reply(text):
     """{content, finish_reason} of a chat completion that said something (content, a tool call, or
@@ -322,7 +337,7 @@ def main():
                 fail_with_log(module, "E_HEALTH", problem)
             if status == profile["health"]["status"]:
                 code, said = prove(module, info, host, port)
-                if code == "ours":
+                if code in ("ours", "unproven"):
                     break
                 if code:
                     fail_with_log(module, code, said)

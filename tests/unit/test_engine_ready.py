@@ -4,6 +4,7 @@ fails its smoke request, never gets healthy, crash-loops, or when another proces
 import errno
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -198,6 +199,23 @@ def test_a_health_answer_with_no_socket_of_the_container_behind_it_is_not_health
     os.unlink(str(orphan / str(ENGINE_PID) / "fd" / "7"))  # listed in net/tcp, held by no process
     unheld = ready(tmp_path, stand_in, proc_root=str(orphan))
     assert "no process holds the socket listening on port %d (127.0.0.1:%d)" % (stand_in, stand_in) in unheld["msg"]
+
+
+def test_a_daemon_in_another_pid_namespace_is_trusted_on_its_state_and_the_gate_says_what_it_skipped(tmp_path,
+                                                                                                   stand_in):
+    """The Docker daemon is in a container or on another machine: the port's socket shows (host networking),
+    none of the container's processes do. The gate passes on the container's state with W_CHECK_SKIPPED,
+    and a crash-looping container there still fails."""
+    proc = fake_proc(tmp_path / "proc", stand_in)
+    for pid in (SHIM, ENGINE_PID, WORKER_PID):
+        shutil.rmtree(str(proc / str(pid)))
+    passed = ready(tmp_path, stand_in)
+    assert not passed.get("failed"), passed
+    assert passed["served_by"]["holders"] == [] and passed["served_by"]["finding"]["code"] == "W_CHECK_SKIPPED"
+    assert ("who holds port %d (127.0.0.1:%d) was not checked: the engine container c1's processes are not visible in "
+            "%s" % (stand_in, stand_in, proc)) in passed["served_by"]["finding"]["message"]
+    looping = ready(tmp_path, stand_in, container={"Restarting": True})
+    assert looping["finding"]["code"] == "E_HEALTH" and "crash-looping" in looping["msg"], looping
 
 
 def test_a_socket_whose_holders_cannot_be_read_says_the_gate_needs_root(tmp_path, monkeypatch):
