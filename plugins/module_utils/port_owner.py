@@ -142,17 +142,21 @@ def belongs(proc_root, pid, container_id, container_pid):
     return False
 
 
-def sees(proc_root, container_id, container_pid):
+def sees(proc_root, container_id, container_pid, program=None):
     """Whether the container's main process shows in proc_root as itself (its cgroup names the container):
     false when the Docker daemon runs in another PID namespace (a daemon in a container, or on another
-    machine through llm_docker_host), where no process of the container can be seen and no port proven."""
+    machine through llm_docker_host), where no process of the container can be seen and no port proven.
+    `program`: the container's Path (inspect), matched where the cgroup cannot name the id."""
     if not container_pid or not container_id:
         return False
     cgroup = _read(os.path.join(proc_root, str(container_pid), "cgroup"))
     if cgroup is None:
         return False
-    # cgroup v2 in a cgroup namespace prints "0::/": the id cannot show, the pid being there is the proof.
-    return container_id in cgroup or cgroup.strip() == "0::/"
+    if container_id in cgroup:
+        return True
+    # In a cgroup namespace a process prints "0::/": the id cannot show, so the program must be the container's.
+    first = (command(proc_root, container_pid).split() or [""])[0]
+    return cgroup.strip() == "0::/" and bool(program) and os.path.basename(first) == os.path.basename(program)
 
 
 def owner(proc_root, port, host, container_id, container_pid):

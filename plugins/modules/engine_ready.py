@@ -221,7 +221,7 @@ def prove(module, info, host, port):
             "the service stage" % (port, p["url"], held_by(proof), p["container"], state.get("Pid", "?"),
                                    " ".join(str(pid) for pid in sorted(set(o["pid"] for o in proof["others"])))))
     if proof["state"] == "unknown" and not proof["unreadable"] and not port_owner.sees(
-            p["proc_root"], info.get("Id"), state.get("Pid")):
+            p["proc_root"], info.get("Id"), state.get("Pid"), info.get("Path")):
         # The daemon's processes are not in this PID namespace: the port cannot be proven, the container's
         # state (running, no restart) is all the gate has, and it says so.
         return "unproven", proof

@@ -301,3 +301,13 @@ def test_the_real_procfs_names_the_process_holding_a_port():
         assert theirs["state"] == "other" and theirs["others"][0]["pid"] == os.getpid()
         assert "pytest" in theirs["others"][0]["command"] or "python" in theirs["others"][0]["command"]
         assert port_owner.owner("/proc", port, "127.0.0.2", None, os.getpid())["state"] == "none"
+
+
+def test_the_containers_main_process_is_known_by_its_cgroup_or_in_a_cgroup_namespace_by_its_program(tmp_path):
+    proc = fake_proc(tmp_path / "proc", 28130)
+    assert port_owner.sees(str(proc), CID, ENGINE_PID)
+    assert not port_owner.sees(str(proc), CID, SQUATTER_PID)  # another process at that pid
+    assert not port_owner.sees(str(proc), CID, 4242)  # no such pid here: the daemon's namespace is another
+    (proc / str(ENGINE_PID) / "cgroup").write_text("0::/\n")
+    assert port_owner.sees(str(proc), CID, ENGINE_PID, "/usr/bin/llama-server")
+    assert not port_owner.sees(str(proc), CID, ENGINE_PID, "/usr/bin/vllm")
