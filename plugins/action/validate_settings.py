@@ -10,9 +10,16 @@ import os
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpuserve.llm.plugins.module_utils.checkpoint import cached_config, hub_cache_dir
 from ansible_collections.gpuserve.llm.plugins.module_utils.settings import TYPED, display, load_specs, validate_templated
 
 COLLECTION = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def workstation_config(repo, revision):
+    """A hub checkpoint's config.json from this workstation's Hugging Face cache (no network): the model's shape
+    for the checks that need it (the GPU split, a vision tower)."""
+    return cached_config(hub_cache_dir(os.environ, os.path.expanduser("~")), repo, revision)
 
 
 class ActionModule(ActionBase):
@@ -43,7 +50,7 @@ class ActionModule(ActionBase):
 
         # Rendering errors are judged there and named in words (never Jinja's text: it may hold a secret).
         findings, values = validate_templated(raw, render, specs.options, specs.internal,
-                                              task_vars.get("group_names", ()), set(task_vars))
+                                              task_vars.get("group_names", ()), set(task_vars), workstation_config)
         result.update(changed=False, findings=findings, errors=len([f for f in findings if f["severity"] == "error"]),
                       settings=values, display=display(values, specs.options))
         return result

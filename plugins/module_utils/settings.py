@@ -21,6 +21,7 @@ import re
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from ansible_collections.gpuserve.llm.plugins.module_utils import checkpoint, dummy_hf
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
 
 CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,60}$")
@@ -103,6 +104,13 @@ FORMS = {
 }
 URL_SETTINGS = ("host_venv_index_url", "weights_hf_endpoint", "verify_undrafted_url", "host_apt_mirror", "host_proxy",
                 "router_wheel_url")
+# Every setting that holds a URL (scheme://host:port/...): its port, when it names one, is a number from 1 to
+# 65535. Text that is no such URL (unix:///..., a path, git@host:repo) names no port here.
+URL_PORT_SETTINGS = URL_SETTINGS + ("image_debian_mirror", "front_debian_mirror", "router_debian_mirror",
+                                    "image_git_repo", "llm_docker_host")
+# Lists of mappings with a URL in each: (setting, key).
+URL_PORT_ITEMS = (("bench_endpoints", "url"),)
+URL_AUTHORITY = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
 ADDRESS_SETTINGS = ("llm_host", "llm_engine_host", "weights_rsync_bind", "router_bind", "router_metrics_host")
 CLIENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # A client key: printable ASCII without spaces (it travels in an Authorization header), long enough not to guess.
@@ -362,6 +370,17 @@ def _check_forms(values, findings, secret=()):
         if values.get(name) and not re.match(r"^https?://[^/\s]+", str(values[name])):
             findings.append(_bad("E_CONFIG", name, values[name], "an http(s) URL, or empty", name in secret))
             values.pop(name)
+    for name in URL_PORT_SETTINGS:
+        why = url_port_problem(values.get(name))
+        if why:
+            findings.append(_url_port_bad(name, name, values.pop(name), why, name in secret))
+    for name, key in URL_PORT_ITEMS:
+        items = values.get(name) if isinstance(values.get(name), list) else []
+        bad = [(i, item[key]) for i, item in enumerate(items) if isinstance(item, dict) and url_port_problem(item.get(key))]
+        for i, url in bad:
+            findings.append(_url_port_bad("%s[%d].%s" % (name, i, key), name, url, url_port_problem(url)))
+        if bad:
+            values.pop(name)
     for name in ADDRESS_SETTINGS:
         if name in values:
             try:
@@ -376,6 +395,105 @@ def _check_forms(values, findings, secret=()):
             findings.append(_bad("E_CONFIG", "service_serial", serial,
                                  "a number of hosts (1 or more), a percentage (1% to 100%), or a list of them"))
             values.pop("service_serial")
+
+
+# Hub checkpoints whose shape the collection carries: the recipe's model and its text stand-in
+# (docs/engines.md), as the burn-in presets copy them from the hub's config.json (dummy_hf.PRESETS).
+CARRIED_SHAPES = {"zai-org/GLM-4.6V-FP8": "glm4v_moe", "zai-org/GLM-4.5-Air-FP8": "glm4_moe"}
+# What the weights role's default weights_dummy_preset comes to (roles/weights/defaults/main.yml).
+DUMMY_PRESETS = {True: "glm4v_moe", False: "glm4_moe"}
+# The settings the model's shape is read from, or judged against (llm_vision too, when it passed).
+SHAPE_INPUTS = ("llm_engine", "llm_gpus", "llm_weights", "llm_model", "llm_model_revision")
+DUMMY_INPUTS = ("weights_dummy_preset", "weights_dummy_config")
+
+
+def model_shape(values, model_config=None):
+    """The checkpoint's shape for a GPU engine, as (shape, where, alternative to vision, None) or (None, why not,
+    None, how to make it known): the burn-in folder's config (the preset the weights stage makes, with
+    weights_dummy_config over it), or with hub weights the config.json the workstation has (model_config), else
+    the shape the collection carries."""
+    if values["llm_weights"] == "dummy":
+        preset = values.get("weights_dummy_preset") or DUMMY_PRESETS[bool(values.get("llm_vision"))]
+        config = dummy_hf.merged(dummy_hf.PRESETS[preset], values.get("weights_dummy_config") or {})
+        return (checkpoint.shape(config), "the burn-in folder (weights_dummy_preset: %s)" % preset,
+                "weights_dummy_preset: glm4v_moe (GLM-4.6V's shape, its vision tower too)", None)
+    repo, revision = values["llm_model"], values["llm_model_revision"]
+    read = model_config(repo, revision) if model_config else None
+    if read:
+        return (checkpoint.shape(read[0]), "%s@%s (config.json in %s)" % (repo, revision, read[1]),
+                "serve a vision checkpoint (llm_model)", None)
+    if repo in CARRIED_SHAPES:
+        return (checkpoint.shape(dummy_hf.PRESETS[CARRIED_SHAPES[repo]]),
+                "%s (its config.json's shape, as the collection carries it)" % repo,
+                "serve a vision checkpoint (llm_model)", None)
+    return (None, "its config.json at %s is not in the workstation's Hugging Face cache, and its shape is not one "
+            "the collection carries" % revision, None,
+            "the weights stage makes it when it reads the model's config.json, before any weight is fetched (hf "
+            "download %s config.json --revision %s, on the workstation, lets validation make it)" % (repo, revision))
+
+
+def _check_model_shape(values, findings, refused, model_config=None):
+    """What only the model's shape tells, before anything changes: images on for a text model, and a GPU count
+    the engine cannot split the model over (vLLM and SGLang run one engine over every GPU of llm_gpus). Read only
+    from settings that passed; an unknown shape is said (W_CHECK_SKIPPED), never guessed."""
+    if values.get("llm_engine") not in checkpoint.GPU_ENGINES or refused & set(SHAPE_INPUTS + DUMMY_INPUTS) \
+            or not all(n in values for n in SHAPE_INPUTS):
+        return
+    gpus = values["llm_gpus"]
+    try:
+        model, where, alternative, hint = model_shape(values, model_config)
+    except Exception as e:  # a weights_dummy_config the preset cannot take: named, never a traceback
+        model, where, hint = None, "the burn-in config could not be made with weights_dummy_config (%s)" % (
+            type(e).__name__), "correct weights_dummy_config, or leave it out"
+    if model is None:
+        if len(gpus) > 1:
+            findings.append(finding(
+                "W_CHECK_SKIPPED", "llm_model", "the GPU split check (E_UNSUPPORTED) was not made for %s on %d GPUs: "
+                "%s; %s" % (values["llm_model"], len(gpus), where, hint),
+                variable="llm_model", check="gpu split"))
+        return
+    vision = checkpoint.vision_refusal(values, model["vision"], where, alternative)
+    if vision:
+        findings.append(vision)
+        values.pop("llm_vision")
+    split = checkpoint.split_refusal(model, values, where)
+    if split:
+        findings.append(split)
+        values.pop("llm_gpus")
+
+
+def url_port_problem(url):
+    """Why the port a URL names cannot be used, as (with the port's text, without it: for a secret), or None: a
+    port that is not a number, or not from 1 to 65535, or an IPv6 host outside brackets (its port is ambiguous).
+    A URL without a port, or text that is no scheme://host URL, is not judged here."""
+    match = URL_AUTHORITY.match(url.strip()) if isinstance(url, str) else None
+    if not match:
+        return None
+    host = match.group(1).rpartition("@")[2]  # after any user:password@
+    if host.startswith("["):
+        end = host.find("]")
+        if end < 0 or (host[end + 1:] and not host[end + 1:].startswith(":")):
+            return ("its IPv6 host is not [address] or [address]:port",) * 2
+        port = host[end + 2:] if host[end + 1:] else ""
+    elif host.count(":") > 1:
+        return ("its IPv6 host is not in brackets ([address]:port)",) * 2
+    else:
+        port = host.partition(":")[2]
+    if port == "":  # none, or 'host:' (the scheme's own port)
+        return None
+    if not re.match(r"^[0-9]+$", port):
+        return "its port %r is not a number" % port, "its port is not a number"
+    if not 1 <= int(port) <= 65535:
+        return "its port %s is not from 1 to 65535" % port, "its port is not from 1 to 65535"
+    return None
+
+
+def _url_port_bad(subject, name, url, why, secret=False):
+    """E_CONFIG for a URL whose port cannot be used; a secret's value (a proxy's credentials) is never shown."""
+    allowed = "a URL whose port, if it names one, is a number from 1 to 65535"
+    return finding("E_CONFIG", subject, "%s is %s: %s; allowed: %s" % (
+        subject, "(hidden)" if secret else shown(url), why[1] if secret else why[0], allowed),
+        variable=name, value=None if secret else url, allowed=allowed)
 
 
 ROUTER_PORTS = ("router_port", "router_admin_port", "router_metrics_port")
@@ -496,12 +614,14 @@ def _check_tls(values, findings):
             values.pop("llm_tls_names")
 
 
-def validate(settings, options, internal=(), groups=()):
+def validate(settings, options, internal=(), groups=(), model_config=None):
     """Validate the settings given as {name: value} (templated values).
 
     `options`: the documented options by name (Specs.options); `internal`: names the roles keep for
-    themselves; `groups`: the host's inventory groups (the router's rules). Returns (findings, values):
-    values holds every setting that passed, typed as the spec says; a setting that failed is left out of it.
+    themselves; `groups`: the host's inventory groups (the router's rules); `model_config(repo, revision)`:
+    a hub checkpoint's config.json as (content, where it was read) when the workstation has it, else None.
+    Returns (findings, values): values holds every setting that passed, typed as the spec says; a setting
+    that failed is left out of it.
     """
     findings = []
     secret = set(n for n, o in options.items() if o.get("no_log"))
@@ -605,6 +725,7 @@ def validate(settings, options, internal=(), groups=()):
             findings.append(finding("E_UNSUPPORTED", name, "%s is %s on %s: %s; %s" % (
                 name, shown(values.pop(name)), engine, why, alternative), variable=name, engine=engine))
     refused = set(name for name in settings if name not in values)
+    _check_model_shape(values, findings, refused, model_config)
     _check_router_ports(values, options, groups, findings, refused)
     _check_engine_bind(values, findings)
     _check_tls(values, findings)
@@ -643,15 +764,16 @@ def references(value):
     return names
 
 
-def validate_templated(raw, render, options, internal=(), groups=(), defined=()):
+def validate_templated(raw, render, options, internal=(), groups=(), defined=(), model_config=None):
     """Render and validate the settings as given (`raw`: {name: value, templates unrendered}), so that the user
     sees one finding per mistake, in words: never a template's or Python's error text.
 
     `render(value, typed)` renders a value (raising on failure) with `typed` as llm_settings when it is not
-    None; `defined`: every variable name in scope. A setting whose template reads llm_settings is rendered
-    with the values validated first. A setting computed from one that was refused (or could not be computed)
-    is neither reported nor handed on: the finding on the setting it reads says what to correct. A template
-    that fails on its own is named with what it reads that is not set. Returns (findings, values) as validate().
+    None; `defined`: every variable name in scope; `model_config`: as validate() takes it. A setting whose
+    template reads llm_settings is rendered with the values validated first. A setting computed from one that
+    was refused (or could not be computed) is neither reported nor handed on: the finding on the setting it
+    reads says what to correct. A template that fails on its own is named with what it reads that is not set.
+    Returns (findings, values) as validate().
     """
     reads = dict((name, references(value)) for name, value in raw.items())
     # What each setting reads, through the settings it reads (llm_context -> llm_model_max_context ...).
@@ -679,7 +801,7 @@ def validate_templated(raw, render, options, internal=(), groups=(), defined=())
                 given[name] = render(raw[name], first)
             except Exception:
                 unresolved[name] = True
-    findings, values = validate(given, options, internal, groups)
+    findings, values = validate(given, options, internal, groups, model_config)
     refused = set(f["details"]["variable"] for f in findings
                   if f["severity"] == "error" and f.get("details", {}).get("variable") in raw) | set(unresolved)
     derived = set(name for name in raw if closure[name] & refused)

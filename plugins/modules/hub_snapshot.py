@@ -108,10 +108,11 @@ options:
     default: hf
   serve:
     description:
-      - What the checkpoint must serve - C(llm_vision), C(llm_drafter), C(llm_engine). With O(state=manifest) read from
-        the hub and vision on or C(llm_drafter=mtp), the checkpoint's config.json (or its GGUF header, with
-        O(format=gguf)) is read first, without the cache, and a setting it cannot honour (vision with a text model,
-        MTP drafting without MTP layers) fails with E_UNSUPPORTED before any weight is fetched.
+      - What the checkpoint must serve - C(llm_vision), C(llm_drafter), C(llm_engine), C(llm_gpus). With
+        O(state=manifest) read from the hub and vision on, C(llm_drafter=mtp) or a GPU engine on several GPUs, the
+        checkpoint's config.json (or its GGUF header, with O(format=gguf)) is read first, without the cache, and a
+        setting it cannot honour (vision with a text model, MTP drafting without MTP layers, a GPU count its heads or
+        experts do not divide) fails with E_UNSUPPORTED before any weight is fetched.
     type: dict
     default: {}
 """
@@ -155,9 +156,10 @@ model_file:
   returned: O(format=gguf)
   type: str
 capabilities:
-  description: What the checkpoint serves - vision (bool), mtp_layers (int, or null when its header did not say) and
-    source (config.json or GGUF header).
-  returned: when O(serve) asked for vision or MTP drafting and the manifest came from the hub
+  description: What the checkpoint serves - vision (bool), mtp_layers (int, or null when its header did not say),
+    shape (from config.json - the heads, KV heads, widths and vision heads tensor parallelism splits) and source
+    (config.json or GGUF header).
+  returned: when O(serve) asked for vision, MTP drafting or several GPUs and the manifest came from the hub
   type: dict
 bytes_total:
   description: Bytes of the files the patterns pick.

@@ -13,7 +13,10 @@ VISION = {"architectures": ["Glm4vMoeForConditionalGeneration"], "model_type": "
 
 
 def test_config_json_says_vision_and_mtp_layers():
-    assert checkpoint.from_config(TEXT) == {"vision": False, "mtp_layers": 1, "source": "config.json"}
+    caps = checkpoint.from_config(TEXT)
+    assert dict((k, caps[k]) for k in ("vision", "mtp_layers", "source")) == {
+        "vision": False, "mtp_layers": 1, "source": "config.json"}
+    assert caps["shape"]["heads"] == 96  # what tensor parallelism splits: test_settings_shape.py
     assert checkpoint.from_config(VISION)["vision"] is True
     assert checkpoint.from_config(VISION)["mtp_layers"] == 1  # read in text_config
     assert checkpoint.from_config(dict(TEXT, num_nextn_predict_layers=0))["mtp_layers"] == 0

@@ -1,0 +1,245 @@
+"""Values that validate but cannot run (issue 38 item 2), refused by settings validation before anything changes:
+a GPU count the engine cannot split the model over (its attention heads, KV heads, MLP and experts' widths, the
+vision tower's heads), images on for a text model, a URL whose port is not a port. The model's shape comes from
+the burn-in folder's config, a hub config.json on the workstation, or the shape the collection carries for the
+recipe's model; an unknown shape is W_CHECK_SKIPPED, never a guess."""
+import json
+import os
+
+import jinja2
+import pytest
+import yaml
+
+from ansible_collections.gpuserve.llm.plugins.module_utils import checkpoint, dummy_hf
+from ansible_collections.gpuserve.llm.plugins.module_utils.settings import (
+    CARRIED_SHAPES, DUMMY_PRESETS, URL_PORT_ITEMS, URL_PORT_SETTINGS, validate, validate_templated)
+from settings_bases import CPU, DEFAULTS, OPTIONS, ROOT, SGLANG, SPECS
+
+GPUS3, GPUS4, GPUS8 = [0, 1, 2], [0, 1, 2, 3], list(range(8))
+
+
+def check(base=None, model_config=None, **changes):
+    return validate(dict(base or DEFAULTS, **changes), OPTIONS, SPECS.internal, model_config=model_config)[0]
+
+
+def codes(findings):
+    return [(f["code"], f["subject"]) for f in findings]
+
+
+# The recipe's model (hub weights; the shape the collection carries) and its burn-in folder: 96 attention heads,
+# 8 KV heads, MLP width 10944, 128 experts 1408 wide, a vision tower of 12 heads.
+@pytest.mark.parametrize("weights", ["hub", "dummy"])
+def test_three_gpus_on_the_recipes_model_are_refused_four_accepted(weights):
+    assert DEFAULTS["llm_gpus"] == GPUS4 and DEFAULTS["llm_model"] in CARRIED_SHAPES
+    findings = check(llm_weights=weights, llm_gpus=GPUS3)
+    assert codes(findings) == [("E_UNSUPPORTED", "llm_gpus")], findings
+    message = findings[0]["message"]
+    assert message.startswith("llm_gpus is [0, 1, 2] on vllm: ")
+    assert "3 does not divide its 8 KV heads" in message and "1408 (moe_intermediate_size)" in message
+    assert "attention heads" not in message  # 96 divides by 3: only what fails is named
+    assert findings[0]["details"]["allowed"] == "1, 2 or 4 GPUs" and findings[0]["details"]["value"] == GPUS3
+    assert message.endswith("set llm_gpus to 1, 2 or 4 GPUs")
+    for gpus in ([0], [0, 1], GPUS4):
+        assert check(llm_weights=weights, llm_gpus=gpus) == [], gpus
+
+
+def test_sglang_is_held_to_the_same_split_and_llama_cpp_to_none():
+    assert codes(check(SGLANG, llm_gpus=GPUS3)) == [("E_UNSUPPORTED", "llm_gpus")]
+    assert check(SGLANG) == []
+    # llama.cpp runs on the CPU: no tensor parallel split to judge, whatever llm_gpus holds.
+    assert [f for f in check(CPU, llm_gpus=GPUS3) if f["subject"] == "llm_gpus"] == []
+
+
+def test_eight_gpus_split_the_language_model_but_not_the_vision_tower():
+    findings = check(llm_gpus=GPUS8)
+    assert codes(findings) == [("E_UNSUPPORTED", "llm_gpus")]
+    assert "8 does not divide its vision tower's 12 attention heads" in findings[0]["message"]
+    assert "or llm_vision: false" in findings[0]["message"]  # vLLM then loads the language model alone
+    assert check(llm_gpus=GPUS8, llm_vision=False) == []
+
+
+def test_each_part_of_the_shape_is_judged_as_vllm_splits_it():
+    model = {"heads": 32, "kv_heads": 8, "mlp_width": 14336, "experts": None, "expert_width": None,
+             "vision": False, "vision_heads": None}
+    assert checkpoint.split_problems(model, 4, False) == []
+    assert checkpoint.split_problems(model, 16, False) == []  # more GPUs than KV heads: each replicated twice
+    assert checkpoint.split_problems(model, 3, False) == [
+        "its 32 attention heads", "its 8 KV heads (nor is 3 a multiple of them)",
+        "its MLP width 14336 (intermediate_size)"]
+    assert "its 4 KV heads (nor is 6 a multiple of them)" in checkpoint.split_problems(dict(model, kv_heads=4), 6, False)
+    assert checkpoint.split_problems(dict(model, mlp_width=10000), 32, False) == ["its MLP width 10000 (intermediate_size)"]
+    assert checkpoint.gpu_counts(model, False) == "1, 2, 4, 8 or 16"
+    assert checkpoint.gpu_counts(dict(model, heads=7, kv_heads=7, mlp_width=7), False) == "1 or 7"
+
+
+def test_images_on_for_the_text_burn_in_folder_are_refused():
+    findings = check(llm_weights="dummy", weights_dummy_preset="glm4_moe")
+    assert codes(findings) == [("E_UNSUPPORTED", "llm_vision")]
+    assert "the burn-in folder (weights_dummy_preset: glm4_moe) is a text model" in findings[0]["message"]
+    assert "set llm_vision: false, or weights_dummy_preset: glm4v_moe" in findings[0]["message"]
+    assert check(llm_weights="dummy", weights_dummy_preset="glm4_moe", llm_vision=False) == []
+    assert check(llm_weights="dummy") == []  # the default folder follows llm_vision: GLM-4.6V's, with its tower
+
+
+def test_images_on_for_a_text_checkpoint_from_the_hub_are_refused():
+    findings = check(llm_model="zai-org/GLM-4.5-Air-FP8")
+    assert codes(findings) == [("E_UNSUPPORTED", "llm_vision")]
+    assert "zai-org/GLM-4.5-Air-FP8" in findings[0]["message"] and "a text model" in findings[0]["message"]
+    assert check(llm_model="zai-org/GLM-4.5-Air-FP8", llm_vision=False) == []
+
+
+def test_one_finding_per_mistake():
+    # Two mistakes, two findings: images on a text folder, and three GPUs.
+    findings = check(llm_weights="dummy", weights_dummy_preset="glm4_moe", llm_gpus=GPUS3)
+    assert codes(findings) == [("E_UNSUPPORTED", "llm_vision"), ("E_UNSUPPORTED", "llm_gpus")]
+    assert "vision tower" not in findings[1]["message"]
+    # llm_gpus refused on its own is not judged again against the model.
+    assert codes(check(llm_gpus=[0, 1, 1])) == [("E_CONFIG", "llm_gpus")]
+    # A refused weights_dummy_preset: the folder's shape is not known, so nothing is judged through it.
+    assert codes(check(llm_weights="dummy", weights_dummy_preset="glm5", llm_gpus=GPUS3)) == [
+        ("E_CONFIG", "weights_dummy_preset")]
+
+
+def test_a_model_of_unknown_shape_is_w_check_skipped_never_guessed():
+    findings = check(llm_model="acme/unknown-moe", llm_gpus=GPUS3)
+    assert codes(findings) == [("W_CHECK_SKIPPED", "llm_model")]
+    message = findings[0]["message"]
+    assert "acme/unknown-moe on 3 GPUs" in message and "not in the workstation's Hugging Face cache" in message
+    assert "hf download acme/unknown-moe config.json --revision main" in message
+    assert check(llm_model="acme/unknown-moe", llm_gpus=[0]) == []  # one GPU: nothing to split
+    assert check(CPU, llm_model="acme/unknown-gguf") == []
+
+
+def _cache(root, repo, config, ref="main", commit="c" * 40):
+    folder = root / ("models--" + repo.replace("/", "--"))
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / ref).write_text(commit)
+    (folder / "snapshots" / commit).mkdir(parents=True)
+    (folder / "snapshots" / commit / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    return folder / "snapshots" / commit / "config.json"
+
+
+def test_a_hub_config_json_in_the_workstations_cache_gives_the_shape(tmp_path):
+    dense = {"architectures": ["Qwen2ForCausalLM"], "num_attention_heads": 28, "num_key_value_heads": 4,
+             "intermediate_size": 18944}
+    path = _cache(tmp_path, "acme/dense", dense)
+    assert checkpoint.cached_config(str(tmp_path), "acme/dense", "main") == (dense, str(path))
+    assert checkpoint.cached_config(str(tmp_path), "acme/dense", "c" * 40) == (dense, str(path))
+    assert checkpoint.cached_config(str(tmp_path), "acme/dense", "v2") is None
+    assert checkpoint.cached_config(str(tmp_path), "acme/other", "main") is None
+
+    def read(repo, revision):
+        return checkpoint.cached_config(str(tmp_path), repo, revision)
+    findings = check(model_config=read, llm_model="acme/dense", llm_gpus=GPUS3)
+    assert codes(findings) == [("E_UNSUPPORTED", "llm_vision"), ("E_UNSUPPORTED", "llm_gpus")]
+    assert "acme/dense@main (config.json in %s)" % path in findings[1]["message"]
+    assert "3 does not divide its 28 attention heads" in findings[1]["message"]
+    assert check(model_config=read, llm_model="acme/dense", llm_gpus=GPUS4, llm_vision=False) == []
+    # Through validate_templated too (what the action runs).
+    raw = dict(DEFAULTS, llm_model="acme/dense", llm_gpus=GPUS3, llm_vision=False)
+    findings = validate_templated(raw, lambda value, typed: value, OPTIONS, SPECS.internal, model_config=read)[0]
+    assert codes(findings) == [("E_UNSUPPORTED", "llm_gpus")]
+
+
+def test_a_broken_or_partial_config_is_never_a_traceback(tmp_path):
+    _cache(tmp_path, "acme/broken", "{not json")
+    _cache(tmp_path, "acme/list", "[1, 2]")
+    _cache(tmp_path, "acme/partial", {"model_type": "mystery", "num_attention_heads": "many"})
+
+    def read(repo, revision):
+        return checkpoint.cached_config(str(tmp_path), repo, revision)
+    for repo in ("acme/broken", "acme/list"):
+        assert codes(check(model_config=read, llm_model=repo, llm_gpus=GPUS3)) == [("W_CHECK_SKIPPED", "llm_model")]
+    # What the config does not give is not judged; it has no vision tower, so images on are refused.
+    assert codes(check(model_config=read, llm_model="acme/partial", llm_gpus=GPUS3)) == [
+        ("E_UNSUPPORTED", "llm_vision")]
+    assert check(llm_weights="dummy", llm_vision=False, weights_dummy_config={"text_config": "odd"}) == []
+
+
+def test_the_workstations_cache_is_where_huggingface_hub_keeps_it():
+    assert checkpoint.hub_cache_dir({}, "/home/u") == "/home/u/.cache/huggingface/hub"
+    assert checkpoint.hub_cache_dir({"XDG_CACHE_HOME": "/c"}, "/home/u") == "/c/huggingface/hub"
+    assert checkpoint.hub_cache_dir({"HF_HOME": "/hf"}, "/home/u") == "/hf/hub"
+    assert checkpoint.hub_cache_dir({"HF_HOME": "/hf", "HF_HUB_CACHE": "/cache"}, "/home/u") == "/cache"
+
+
+def test_validation_reads_the_burn_in_folder_the_weights_stage_makes():
+    """The preset validation assumes is the weights role's default, and the carried shapes are the presets'."""
+    with open(os.path.join(ROOT, "roles", "weights", "defaults", "main.yml")) as f:
+        template = yaml.safe_load(f)["weights_dummy_preset"]
+    for vision in (True, False):
+        rendered = jinja2.Environment().from_string(template.replace("| bool", "")).render(llm_vision=vision)
+        assert rendered == DUMMY_PRESETS[vision]
+    made = dummy_hf.model_config("glm4v_moe")
+    assert checkpoint.shape(made) == checkpoint.shape(dummy_hf.PRESETS["glm4v_moe"])
+    assert checkpoint.shape(made) == {"heads": 96, "kv_heads": 8, "mlp_width": 10944, "experts": 128,
+                                      "expert_width": 1408, "vision": True, "vision_heads": 12}
+
+
+def test_the_weights_stage_refuses_the_same_split_from_the_hubs_config_json():
+    caps = checkpoint.from_config(dummy_hf.PRESETS["glm4v_moe"])
+    serve = {"llm_vision": True, "llm_drafter": "ngram", "llm_engine": "vllm"}
+    found = checkpoint.refusals(dict(serve, llm_gpus=GPUS3), caps, "zai-org/GLM-4.6V-FP8", "a" * 40)
+    assert codes(found) == [("E_UNSUPPORTED", "llm_gpus")]
+    assert "zai-org/GLM-4.6V-FP8@aaaaaaaaaaaa (config.json)" in found[0]["message"]
+    assert checkpoint.refusals(dict(serve, llm_gpus=GPUS4), caps, "zai-org/GLM-4.6V-FP8", "a" * 40) == []
+    assert checkpoint.refusals(serve, caps, "zai-org/GLM-4.6V-FP8", "a" * 40) == []  # no GPUs given: not judged
+    assert checkpoint.needed(dict(serve, llm_vision=False, llm_drafter="off", llm_gpus=GPUS3))
+    assert not checkpoint.needed(dict(serve, llm_vision=False, llm_drafter="off", llm_gpus=[0]))
+    assert not checkpoint.needed({"llm_vision": False, "llm_drafter": "off", "llm_engine": "llamacpp",
+                                  "llm_gpus": GPUS3})
+
+
+@pytest.mark.parametrize("name, value, why", [
+    ("weights_hf_endpoint", "https://hub.internal:8o80", "its port '8o80' is not a number"),
+    ("host_venv_index_url", "http://pypi.internal:0/simple", "its port 0 is not from 1 to 65535"),
+    ("host_apt_mirror", "http://mirror.internal:65536/apt", "its port 65536 is not from 1 to 65535"),
+    ("verify_undrafted_url", "http://127.0.0.1:80a/v1", "its port '80a' is not a number"),
+    ("router_wheel_url", "https://files.internal: 443/w.whl", "its port ' 443' is not a number"),
+    ("image_debian_mirror", "http://deb.internal:http/debian", "its port 'http' is not a number"),
+    ("front_debian_mirror", "http://deb.internal:-1/debian", "its port '-1' is not a number"),
+    ("router_debian_mirror", "http://fe80::1:8080/debian", "its IPv6 host is not in brackets ([address]:port)"),
+    ("image_git_repo", "https://git.internal:x/vllm.git", "its port 'x' is not a number"),
+    ("llm_docker_host", "tcp://10.0.0.5:docker", "its port 'docker' is not a number"),
+])
+def test_a_url_whose_port_is_not_a_port_is_refused(name, value, why):
+    findings = check(**{name: value})
+    assert codes(findings) == [("E_CONFIG", name)], findings
+    assert findings[0]["message"] == "%s is %r: %s; allowed: a URL whose port, if it names one, is a number from 1 " \
+        "to 65535" % (name, value, why)
+
+
+def test_urls_with_good_ports_or_none_are_accepted():
+    assert check(weights_hf_endpoint="https://hub.internal:8080", host_venv_index_url="http://[fd00::5]:3141/simple",
+                 host_apt_mirror="http://mirror.internal/apt", image_debian_mirror="http://deb.internal:1/debian",
+                 front_debian_mirror="http://deb.internal:65535/debian", image_git_repo="git@git.internal:org/vllm.git",
+                 llm_docker_host="unix:///var/run/docker.sock", verify_undrafted_url="http://[::1]/v1",
+                 bench_endpoints=[{"name": "b", "url": "http://10.0.0.9:8000/v1", "api_key": "", "model": "m"}]) == []
+    assert check(llm_docker_host="tcp://10.0.0.5:2376") == []
+    assert check(llm_docker_host="ssh://deploy@gpu-host-1") == []
+
+
+def test_a_proxy_with_a_bad_port_is_refused_without_showing_it():
+    findings = check(host_proxy="http://user:s3cret@proxy.internal:31x8")
+    assert codes(findings) == [("E_CONFIG", "host_proxy")]
+    assert findings[0]["message"].startswith("host_proxy is (hidden): its port is not a number; allowed: ")
+    assert "s3cret" not in repr(findings) and "31x8" not in repr(findings) and findings[0]["details"]["value"] is None
+
+
+def test_each_bench_endpoint_url_is_judged():
+    endpoints = [{"name": "a", "url": "http://10.0.0.8:8000/v1"}, {"name": "b", "url": "http://10.0.0.9:99999/v1"}]
+    findings = check(bench_endpoints=endpoints)
+    assert codes(findings) == [("E_CONFIG", "bench_endpoints[1].url")]
+    assert findings[0]["details"]["variable"] == "bench_endpoints"
+    assert "'http://10.0.0.9:99999/v1': its port 99999 is not from 1 to 65535" in findings[0]["message"]
+
+
+def test_every_setting_that_holds_a_url_has_its_port_checked():
+    """A URL setting added later is named here, or this fails: its port would go unjudged."""
+    urlish = set(name for name, option in OPTIONS.items()
+                 if name.endswith(("_url", "_mirror", "_endpoint", "_docker_host", "_git_repo")) or name == "host_proxy"
+                 or "://" in str(option.get("default", "")))
+    assert urlish - set(URL_PORT_SETTINGS) == set()
+    assert set(name for name, _key in URL_PORT_ITEMS) == set(
+        name for name, option in OPTIONS.items()
+        if option.get("elements") == "dict" and "url" in str(option.get("description", "")))
