@@ -272,6 +272,7 @@ def check_again(module, baseline, host, port):
                                          module.params["proc_root"]))
     return served
 
+
 def smoke_reply(text):
     """{content, finish_reason} of a chat completion that said something (content, a tool call, or
     reasoning), else None."""

@@ -201,8 +201,7 @@ def test_a_health_answer_with_no_socket_of_the_container_behind_it_is_not_health
     assert "no process holds the socket listening on port %d (127.0.0.1:%d)" % (stand_in, stand_in) in unheld["msg"]
 
 
-def test_a_daemon_in_another_pid_namespace_is_trusted_on_its_state_and_the_gate_says_what_it_skipped(tmp_path,
-                                                                                                   stand_in):
+def test_a_daemon_in_another_pid_namespace_is_trusted_on_its_state_and_says_what_it_skipped(tmp_path, stand_in):
     """The Docker daemon is in a container or on another machine: the port's socket shows (host networking),
     none of the container's processes do. The gate passes on the container's state with W_CHECK_SKIPPED,
     and a crash-looping container there still fails."""
