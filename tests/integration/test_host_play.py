@@ -18,8 +18,9 @@ E_DOCKER_RESTART naming it. Reached as `nosudo` (no sudo), a host stops at valid
 named, and no Python traceback.
 
 Then the same three hosts are the SSH fleet behind one router (issues 24 and 25): the two refused hosts
-mended, the weights from the stand-in hub fetched once and copied over rsync, the llama.cpp image built on
-one host and carried through the workstation to the others, llama.cpp tuned once, vllm-router behind its
+mended, hosts that differ (issue 38 item 1: the weights from the stand-in hub on two, fetched once and copied
+over rsync, burn-in weights on the third), the llama.cpp image built on one host and carried through the
+workstation to the others, llama.cpp tuned once per model, vllm-router behind its
 nginx front on `good`, and what the router must do: every host served, the admin paths refused, a host
 stopped or failed left out, the policies by mechanism, a roll under load with and without the drain; and
 the whole life of the fleet with its secrets (the API key from Ansible Vault, every run at -vvv, the
@@ -355,6 +356,7 @@ def test_bare_hosts_check_then_live_then_rerun_then_a_refused_data_root_move(bar
 
 ROUTER_PORT, ROUTER_ADMIN, ROUTER_METRICS = 18250, 18251, 18252
 ENGINE_PORTS = {"good": PORT, "badjson": PORT + 2, "badkey": PORT + 4}
+BURN_IN = dict(llm_weights="dummy", llm_model="gpuserve/tiny-llama-dummy")  # badkey's weights in the fleet
 FLEET_KEY = "sk-fleet-%d-vaulted" % os.getpid()
 NEW_KEY, WRONG_KEY = "sk-fleet-%d-rotated" % os.getpid(), "sk-fleet-wrong-key-0042"
 # Client keys (llm_client_keys), from Vault: checked at the fronts, never given to an engine.
@@ -402,12 +404,14 @@ def host_files_text(docker_host, host, paths):
 
 def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_host, tmp_path):
     """The three hosts over SSH, each with its own Docker daemon, behind one router (vllm-router behind an
-    nginx front, on `good`): the two refused above mended, site.yml brings all three LIVE and the fleet
-    endpoint LIVE (3 of 3); requests through it reach every host and the client's key reaches the engines;
-    the router's admin paths are refused on the public port; a host stopped leaves the router first and the
-    router serves on; a rerun changes nothing and --check changes nothing; a roll under load fails no
-    request with the drain and fails some without it (the control); cache_aware keeps a conversation on one
-    host where round_robin spreads it; stop.yml on every host takes the router down too, remove.yml removes it.
+    nginx front, on `good`): the two refused above mended, site.yml brings all three LIVE - two on the hub's
+    weights (one fetching, the other copying from it), badkey on burn-in weights - and the fleet endpoint LIVE
+    (3 of 3), each host saying where its weights, its image and its tuning came from; requests through it reach
+    every host and the client's key reaches the engines; the router's admin paths are refused on the public
+    port; a host stopped leaves the router first and the router serves on; a rerun changes nothing and --check
+    changes nothing; a roll under load fails no request with the drain and fails some without it (the control);
+    cache_aware keeps a conversation on one host where round_robin spreads it; stop.yml on every host takes the
+    router down too, remove.yml removes it.
 
     And the whole life of the fleet with its secrets: the hub token, the API key from Ansible Vault, every
     run at -vvv, the failure paths (a refused token: E_AUTH; a wrong key: E_ENDPOINT; an engine that fails
@@ -426,17 +430,20 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     engines = dict((short[k], "http://127.0.0.1:%d" % (p + 10000)) for k, p in ENGINE_PORTS.items())
 
     def inventory(**badkey_vars):
-        """The fleet's inventory (hosts.yml), badkey's own variables added."""
+        """The fleet's inventory (hosts.yml), badkey's own variables added: badkey serves burn-in weights, the
+        others the stand-in hub's, so that every cross-host lookup meets a host without the others' variables
+        (issue 38 item 1)."""
         each = dict((short[k], {"llm_port": p}) for k, p in ENGINE_PORTS.items())
-        each[badkey].update(badkey_vars)
+        each[badkey].update(BURN_IN, **badkey_vars)
         return HostFleet(tmp_path, docker_host, bare_hosts, mirror, fpr, each=each, args=["-vvv"] + vault,
                          runs=runs, **fleet_vars)
 
     runs = []
     vault = vaulted(tmp_path, "llm_api_key", FLEET_KEY)
 
-    # Weights from the stand-in hub (one download, the other hosts over rsync); llama-bench's grid kept small.
-    # The image built on one host, saved, carried through the workstation and loaded on the others.
+    # Weights from the stand-in hub on good and badjson (one download, the other over rsync), burn-in weights on
+    # badkey; llama-bench's grid kept small. The image built on one host, saved, carried through the workstation
+    # and loaded on the others.
     fleet_vars = dict(HUB)
     fleet_vars.update(llm_gpus=[0], weights_hf_endpoint=hub.url, weights_rsync_port=18799, llm_parallel=2,
                       image_distribute="workstation",
@@ -470,18 +477,34 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
 
     live = fleet.run()
     assert live.rc == 0, live
-    for name in (good, badjson, badkey):
+    for name in (good, badjson):
         assert live.says("acme/tiny-chat-GGUF is now LIVE! on port %s" % fronts[name].rsplit(":", 1)[1]), (name, live)
+    assert live.says("gpuserve/tiny-llama-dummy is now LIVE! on port %s (dummy weights)"
+                     % fronts[badkey].rsplit(":", 1)[1]), live
+    for name in (good, badjson, badkey):
         assert json.loads(sh(docker_host, name, "docker info --format '{{json .LiveRestoreEnabled}}'").stdout) is True
-    # The weights fetched once from the hub (one download's bytes at the source: the other two copied them
-    # over rsync from the first); llama.cpp tuned on one host, the other two took its result.
+    report = live.report()
+    assert [report[n]["weights"] for n in (good, badjson, badkey)] == ["hub", "hub", "dummy"], report
+    # The play's hosts in the inventory's order (by name): the first hub host is the seed, the first host the
+    # image's origin.
+    seed, origin = min(good, badjson), min(engines)
+    # The weights fetched once from the hub (one download's bytes at the source: the other hub host copied them
+    # over rsync from the seed; badkey made its burn-in weights); llama.cpp tuned once per model: the seed tuned
+    # for the hub's, its copier took that result, badkey tuned for its own.
     assert hub.file_bytes() == wanted_bytes(hub), hub.control("/_stats")["by_path"]
+    assert live.says("fetches 0.01 GiB (%d bytes) in 2 of 2 files from %s" % (wanted_bytes(hub), hub.url)), live
+    assert live.says("fetches 0.01 GiB (%d bytes) in 2 of 2 files from %s over rsync" % (wanted_bytes(hub), seed)), live
+    assert live.says("gpuserve/tiny-llama-dummy: dummy weights - "), live
     assert TOKEN not in live.output
     ids = set(sh(docker_host, n, "docker inspect -f '{{.Image}}' $(docker ps -q --filter label=gpuserve.llm.service)")
               .stdout.strip() for n in engines)
     assert len(ids) == 1, ids  # one image across the fleet
+    flat = " ".join(live.output.split())
+    loaded = re.findall(r"\[([^\]]+)\] => msg: \S+ is \S+ \(loaded from the copy saved on ([^)\s]+)\)", flat)
+    assert sorted(loaded) == sorted((n, origin) for n in engines if n != origin), loaded
     sources = re.findall(r"takes (\S+) from (\S+)", live.output)
-    assert len(sources) == 2 and len(set(sources)) == 1 and sources[0][1] in engines, sources
+    tuned = set(re.findall(r"\btunes ([0-9a-f]{16}) \(", flat))
+    assert len(sources) == 1 and sources[0][1] == seed and len(tuned) == 2 and sources[0][0] in tuned, (sources, tuned)
     assert live.says("fleet endpoint http://127.0.0.1:%d/v1 is now LIVE (3 of 3 hosts)" % ROUTER_PORT), live
     assert router_workers() == sorted(engines.values())
     live_s = time.monotonic() - started

@@ -1,0 +1,94 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, gpuserve.llm contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+# Each filter is documented in <its name>.yml beside this file (ansible-doc -t filter gpuserve.llm.<name>).
+
+# Cross-host lookups of a fleet whose hosts differ: a host that never set the variable (another weights
+# source or engine, a stage it skipped, a host that failed earlier) is left out, never an error; each host's
+# variables are read once, so a play builds the result once (run_once) and every host reads its own entry.
+
+import json
+
+from collections.abc import Mapping
+
+from jinja2 import Undefined
+
+from ansible.errors import AnsibleUndefinedVariable
+
+_MISSING = object()
+
+
+def _value(variables, path):
+    """The value at the dotted path in a host's variables, or _MISSING where any step is not there."""
+    value = variables
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return _MISSING
+        try:
+            value = value[part]
+        except (KeyError, AnsibleUndefinedVariable):
+            return _MISSING
+        if isinstance(value, Undefined):
+            return _MISSING
+    return value
+
+
+def _host_vars(hostvars, host):
+    if host not in hostvars:
+        return None
+    found = hostvars[host]
+    return None if isinstance(found, Undefined) else found
+
+
+def values_by_host(hostvars, hosts, attribute):
+    """{host: its value of the variable at the dotted path `attribute`} for each of `hosts` (in their order,
+    once each) that has it; hosts without it, or not in the inventory, are left out."""
+    out = {}
+    for host in hosts or []:
+        if host in out:
+            continue
+        variables = _host_vars(hostvars, host)
+        if variables is None:
+            continue
+        value = _value(variables, attribute)
+        if value is not _MISSING:
+            out[host] = value
+    return out
+
+
+def _key(value):
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def peers_by_key(hostvars, hosts, attribute, only=None):
+    """{key: [the hosts with that key, in the order of `hosts`]}: `hosts` grouped by their value of the variable
+    at the dotted path `attribute` (a value that is not a string keyed by its JSON text). A host without the
+    variable is in no group; with `only`, a host whose value at that dotted path is missing or false too."""
+    groups = {}
+    seen = set()
+    for host in hosts or []:
+        if host in seen:
+            continue
+        seen.add(host)
+        variables = _host_vars(hostvars, host)
+        if variables is None:
+            continue
+        value = _value(variables, attribute)
+        if value is _MISSING:
+            continue
+        if only:
+            flag = _value(variables, only)
+            if flag is _MISSING or not flag:
+                continue
+        groups.setdefault(_key(value), []).append(host)
+    return groups
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"peers_by_key": peers_by_key, "values_by_host": values_by_host}
