@@ -155,8 +155,16 @@ CODES = {
         "Read the router's log on the router host (docker logs gpuserve-router, gpuserve-router-front); check that "
         "router_port, router_admin_port and router_metrics_port are free there and that the engines answer from it."),
     "W_DRAIN_TIMEOUT": (
-        WARNING, "an engine taken out of the router still ran requests after router_drain_timeout; it was stopped",
+        WARNING, "an engine taken out of the router still held requests (running or queued) after "
+        "router_drain_timeout, or had not read 0 router_drain_zero_readings times in a row; it was stopped",
         "The requests still running were cut; raise router_drain_timeout to let long streams end."),
+    "W_DRAIN_NO_ANSWER": (
+        WARNING, "an engine taken out of the router gave the drain no count of its requests (no answer, an error "
+        "status, or no count in its /metrics) up to router_drain_timeout; it was stopped without knowing whether "
+        "requests still ran",
+        "Read the engine's log on the host (docker logs gpuserve-llm-a or -b, by llm_container_name): an engine busy "
+        "past 10 s a reading answers late (raise router_drain_timeout); one that hangs or restarts needs a look "
+        "before the next roll."),
     "W_AUTOTUNE_SKIPPED": (
         WARNING, "a tune is due but the engine is serving on the host; the new setup starts untuned",
         "Stop the service (playbooks/stop.yml) in a quiet hour and rerun with --tags autotune, then --tags service."),

@@ -30,7 +30,8 @@ PROFILES = {
         "gpu": True,
         "health": {"path": "/health", "status": 200},
         "pool": {"path": "/metrics", "parser": "vllm_metrics"},
-        "running": {"path": "/metrics", "metric": "vllm:num_requests_running"},
+        # What the drain counts (plugins/modules/engine_drain.py): the requests scheduled and those waiting.
+        "running": {"path": "/metrics", "metrics": ["vllm:num_requests_running", "vllm:num_requests_waiting"]},
         "api_key_env": "VLLM_API_KEY",  # the variable the template gives the key in
         "front_routes": dict(CHAT_ROUTES, **{"/v1/responses": ["POST"]}),
     },
@@ -41,7 +42,7 @@ PROFILES = {
         "gpu": True,
         "health": {"path": "/health", "status": 200},
         "pool": {"path": "/get_server_info", "parser": "sglang_server_info"},
-        "running": {"path": "/metrics", "metric": "sglang:num_running_reqs"},
+        "running": {"path": "/metrics", "metrics": ["sglang:num_running_reqs", "sglang:num_queue_reqs"]},
         "api_key_env": "GPUSERVE_API_KEY",  # SGLang takes --api-key only: its template passes it through a shell
         "front_routes": dict(CHAT_ROUTES, **{"/v1/responses": ["POST"]}),
     },
@@ -52,8 +53,9 @@ PROFILES = {
         "gpu": False,
         "health": {"path": "/health", "status": 200},
         "pool": {"path": "/slots", "parser": "llamacpp_slots"},
-        # Each slot says whether it is processing a request (/slots is on by default in 0.7.0).
-        "running": {"path": "/slots", "slots": True},
+        # Slots processing and requests deferred for want of a slot, from one pass of the server's loop
+        # (--metrics); /slots shows only the slots, not the requests waiting for one.
+        "running": {"path": "/metrics", "metrics": ["llamacpp:requests_processing", "llamacpp:requests_deferred"]},
         "api_key_env": "LLAMA_API_KEY",
         "front_routes": CHAT_ROUTES,
         # What verify's video_input reports instead of running (libmtmd decodes video by running ffmpeg).
@@ -244,13 +246,13 @@ def pool_figures(parser, text):
 
 
 def running_requests(engine, text):
-    """How many requests the engine is running, from the text of PROFILES[engine]["running"]["path"];
-    None when the text does not say."""
-    running = PROFILES[engine]["running"]
+    """How many requests the engine holds (running, and queued for a slot or a batch), from the text of
+    PROFILES[engine]["running"]["path"]; None when the text does not say (its first metric is missing)."""
+    names = PROFILES[engine]["running"]["metrics"]
     try:
-        if running.get("slots"):
-            return sum(1 for s in json.loads(text) if s.get("is_processing"))
-        samples = _prom_samples(text, running["metric"])
-        return int(sum(v for _labels, v in samples)) if samples else None
+        found = [_prom_samples(text, name) for name in names]
+        if not found[0]:
+            return None
+        return int(sum(v for samples in found for _labels, v in samples))
     except (ValueError, TypeError, AttributeError):
         return None

@@ -69,6 +69,8 @@ RANGES = {
     "service_smoke_max_tokens": (1, None),
     "service_health_interval": (0.1, 3600),
     "router_drain_interval": (0.1, 60),
+    "router_drain_settle": (0, 600),
+    "router_drain_zero_readings": (1, 100),
     "service_warm_reply_tokens": (1, None),
     "service_warm_prompt_tokens": (0, None),
 }

@@ -16,6 +16,9 @@ tests/fixtures/vllm-router-0.1.17/README.md (sections 5 and 6).
   `llamacpp:requests_processing` > 0 first. The router's circuit breaker keeps a killed and
   restarted engine out of the rotation for ~50 s (--cb-timeout-duration-secs 60).
 
+- HeldOnLeave: streams opened at a host's own front the moment it leaves the router in a roll, so that its
+  drain has requests to wait for; each one counted completed or not.
+
 - multiturn: conversations sent round by round, one request at a time, each turn resending the whole
   conversation; which engine served each request (from the engines' /metrics counters: the reply
   does not say) and the cached prompt tokens of turns 2+.
@@ -229,6 +232,61 @@ class StreamLoad:  # pylint: disable=too-many-instance-attributes
                 self._record(reason)
             if reason is not None:
                 self._stop.wait(FAILURE_PAUSE)
+
+
+class HeldOnLeave(threading.Thread):  # pylint: disable=too-many-instance-attributes
+    """Streams held open on the host being rolled (issue 38 item 6): watches the router's workers and, when
+    the first of those there at the start leaves, opens `count` streamed requests at that host's own front
+    (its engine, being drained, still serves them). Each one's result is kept: None when it completed.
+
+        held = HeldOnLeave(router_workers, engines, fronts, keys)
+        held.start(); ...roll...; held.finish()
+        assert held.host and held.results == [None] * held.count
+
+    `workers`: a callable giving the router's worker URLs (None when it does not answer); `engines`:
+    {host: its worker URL}; `fronts`: {host: its front's URL}; `keys`: {host: the key its front takes}.
+    `count` at most the front's connections per key (front_connections_per_key: 2 x llm_parallel).
+    """
+
+    def __init__(self, workers, engines, fronts, keys, count=4, max_tokens=1500, poll=0.2):
+        super().__init__(name="held-on-leave", daemon=True)
+        self.workers, self.engines, self.fronts, self.keys = workers, engines, fronts, keys
+        self.count, self.max_tokens, self.poll = count, max_tokens, poll
+        self.host, self.left_at, self.results = None, None, []
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+
+    def run(self):
+        present = set(self.workers() or [])
+        while not self._done.is_set():
+            now = self.workers()
+            gone = [h for h, url in self.engines.items() if url in present and now is not None and url not in now]
+            if gone:
+                self.host, self.left_at = gone[0], time.monotonic()
+                break
+            self._done.wait(self.poll)
+        if self.host is None:
+            return
+        streams = [threading.Thread(target=self._one, args=(n,), daemon=True) for n in range(self.count)]
+        for thread in streams:
+            thread.start()
+        for thread in streams:
+            thread.join()
+
+    def _one(self, number):
+        try:
+            reason = stream_chat(self.fronts[self.host], self.keys[self.host], "tiny", self.max_tokens, timeout=300,
+                                 content=f"held stream {number}: say something.")
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            reason = f"client error: {type(exc).__name__}: {_short(exc, 80)}"
+        with self._lock:
+            self.results.append(reason)
+
+    def finish(self, wait=330):
+        """Stop watching (a host that has not left by now is not waited for) and wait for the held streams."""
+        self._done.set()
+        self.join(wait)
+        return self.host, list(self.results)
 
 
 def _request_json(base_url, api_key, method, path, payload=None, timeout=120):

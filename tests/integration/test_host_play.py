@@ -50,7 +50,7 @@ import yaml
 from ansible_collections.gpuserve.llm.plugins.module_utils import engines as engine_profiles
 from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_total
 import front_fuzz
-from fleet_client import StreamLoad, multiturn, one_host_per_conversation, share
+from fleet_client import HeldOnLeave, StreamLoad, multiturn, one_host_per_conversation, share
 from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, files_text, find_secrets, host_requirements,
                       vaulted, vaulted_dict)
 from ssh_hosts import SSHHosts
@@ -696,15 +696,31 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         spread["served"], 100 * share(spread), kept["served"], 100 * share(kept)))
 
     # A roll under load: a changed setting (the context) makes new containers, one host at a time; the
-    # stopped host comes back in, its engine (started with NEW_KEY above) drained with its own key.
+    # stopped host comes back in, its engine (started with NEW_KEY above) drained with its own key. Streams held
+    # open on the host being rolled (issue 38 item 6): when the first host leaves the router, four 1,500-token
+    # streams go to its own front (its key: the shared one), and its drain must count them and wait for them.
+    held = HeldOnLeave(router_workers, engines, fronts,
+                       dict((n, NEW_KEY if n == badkey else FLEET_KEY) for n in engines))
     with StreamLoad(front, FLEET_KEY, "tiny", concurrency=1, max_tokens=800) as load:
+        held.start()
         time.sleep(2)
         roll = fleet.run("-e", "llm_context=3072", "-e", "router_policy=cache_aware")
         time.sleep(2)
     drained = load.counts()
+    held_host, held_results = held.finish()
     assert roll.rc == 0 and roll.says("is now LIVE (3 of 3 hosts)"), roll
     assert roll.says("drained: "), roll
     assert re.search(r"\[%s\][^\n]*\n\s+msg: .?drained: " % re.escape(badkey), roll.output), roll
+    # Each held stream completed ([DONE], not cut by the engine's stop), and the drain of their host counted
+    # requests: "drained: N request(s) running when it left the router (at most M), none after ..." with M (or
+    # N) >= 1. The callback's YAML folds a long msg at 80 columns: the pattern takes any white space.
+    assert held_host and held_results == [None] * held.count, (held_host, held_results)
+    counted = re.search(r"\[%s\][^\n]*\n\s+msg: .?drained:\s+(\d+)\s+request\(s\)\s+running\s+when\s+it\s+left"
+                        r"\s+the\s+router(?:\s+\(at\s+most\s+(\d+)\))?,\s+none\s+after\s+[\d.]+\s+s"
+                        % re.escape(held_host), roll.output)
+    assert counted and int(counted.group(2) or counted.group(1)) >= 1, (held_host, counted and counted.group(0), roll)
+    print("held on %s as it left the router: %d streams completed; its drain: %s" % (
+        held_host, len(held_results), " ".join(counted.group(0).split())))
     assert router_workers() == sorted(engines.values())
     # The control: the same change back and forth without the drain, on every host. A roll without it cuts
     # the streams in flight where an engine stops, most often one or two (a roll of one host once cut none,

@@ -42,12 +42,16 @@ def test_every_router_flag_and_policy_is_in_vllm_router_0_1_17_help():
 
 
 @pytest.mark.parametrize("engine, text, running", [
-    ("llamacpp", json.dumps([{"id": 0, "is_processing": True}, {"id": 1, "is_processing": False}]), 1),
-    ("llamacpp", json.dumps([{"id": 0, "is_processing": False}]), 0),
-    ("vllm", 'vllm:num_requests_running{engine="0",model_name="m"} 3.0\nvllm:num_requests_waiting{} 1\n', 3),
+    # The requests an engine holds: those running and those queued (llama.cpp's deferred wait for a slot,
+    # which /slots does not show: it is not read).
+    ("llamacpp", "llamacpp:requests_processing 2\nllamacpp:requests_deferred 6\n", 8),
+    ("llamacpp", "llamacpp:requests_processing 0\nllamacpp:requests_deferred 0\n", 0),
+    ("llamacpp", json.dumps([{"id": 0, "is_processing": True}]), None),
+    ("vllm", 'vllm:num_requests_running{engine="0",model_name="m"} 3.0\nvllm:num_requests_waiting{} 1\n', 4),
     ("sglang", "sglang:num_running_reqs{model_name=\"m\"} 0.0\n", 0),
+    ("sglang", "sglang:num_running_reqs{model_name=\"m\"} 1.0\nsglang:num_queue_reqs{model_name=\"m\"} 2.0\n", 3),
     ("vllm", "other_metric 1\n", None),
-    ("llamacpp", "not json", None),
+    ("llamacpp", "not metrics", None),
 ])
 def test_the_drain_reads_each_engines_running_requests(engine, text, running):
     assert engines.running_requests(engine, text) == running
