@@ -4,8 +4,8 @@
 """What a checkpoint can serve, read before any weight file is fetched: its config.json (a vision
 tower, MTP layers, the shape that tensor parallelism splits) or, for a GGUF model, its header's
 metadata (nextn layers). Settings it cannot honour (llm_vision with a text model, llm_drafter: mtp
-without MTP layers, a GPU count its heads or experts do not divide) are refused with E_UNSUPPORTED
-while nothing is downloaded yet. Settings validation applies the same rules on the workstation
+without MTP layers, a GPU count its heads or experts do not divide, expert parallelism on vLLM for a
+dense model) are refused with E_UNSUPPORTED while nothing is downloaded yet. Settings validation applies the same rules on the workstation
 (the burn-in folder's config, or a hub config.json the workstation has).
 
 Standard library only, but for the HTTP read (requests, in the host's virtualenv)."""
@@ -52,10 +52,22 @@ def _count(section, key):
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def _weight_block(config, text):
+    """The blocks a block-quantized checkpoint's weights are scaled in, {method, n, k} from its quantization_config's
+    weight_block_size [n, k] (zai-org's FP8 checkpoints: fp8, [128, 128]); None for any other checkpoint."""
+    quant = next((q for q in (config.get("quantization_config"), text.get("quantization_config"))
+                  if isinstance(q, dict)), None)
+    block = quant.get("weight_block_size") if quant else None
+    if not (isinstance(block, list) and len(block) == 2 and all(_count({"b": b}, "b") for b in block)):
+        return None
+    return {"method": str(quant.get("quant_method") or "block"), "n": block[0], "k": block[1]}
+
+
 def shape(config):
     """What tensor parallelism splits, from a config.json's content: the language model's attention heads, KV
-    heads, MLP width (intermediate_size), routed experts and their width (moe_intermediate_size), and the vision
-    tower's heads. A part the config does not give is None."""
+    heads, MLP width (intermediate_size), routed experts and their width (moe_intermediate_size), the vision
+    tower's heads, and the weight blocks of a block-quantized checkpoint. A part the config does not give is
+    None."""
     text = next((config[k] for k in ("text_config", "language_config") if isinstance(config.get(k), dict)), config)
     heads = _count(text, "num_attention_heads")
     kv = next((_count(text, k) for k in KV_KEYS if _count(text, k)), heads)
@@ -65,7 +77,8 @@ def shape(config):
             "expert_width": _count(text, "moe_intermediate_size") if experts else None,
             "vision": isinstance(tower, dict),
             "vision_heads": (_count(tower, "num_heads") or _count(tower, "num_attention_heads"))
-            if isinstance(tower, dict) else None}
+            if isinstance(tower, dict) else None,
+            "weight_block": _weight_block(config, text)}
 
 
 def _kv_splits(kv, gpus):
@@ -73,11 +86,17 @@ def _kv_splits(kv, gpus):
     return kv % gpus == 0 if gpus < kv else gpus % kv == 0
 
 
-def split_problems(model, gpus, vision):
-    """What stops `gpus`-way tensor parallelism on the engines (vLLM, SGLang): each part of the shape the GPU count
-    does not split evenly, in words; [] when it splits. vLLM 0.26.0 refuses attention heads the GPUs do not divide
-    (ModelConfig.verify_with_parallel_config), and its layers assert the same of KV heads, the MLP's and the
-    experts' widths (FusedMoE, without expert parallelism) and, with images on, the vision tower's heads."""
+def split_problems(model, gpus, vision, expert_parallel=False, engine=None):
+    """What stops the engines (vLLM, SGLang) from running the model on `gpus` GPUs: each part of the shape the GPU
+    count does not split evenly, in words that follow "N does not divide"; [] when it splits. vLLM 0.26.0 refuses
+    attention heads the GPUs do not divide (ModelConfig.verify_with_parallel_config), and its layers assert the
+    same of KV heads, the MLP's width and, with images on, the vision tower's heads. The routed experts:
+    - tensor parallel (expert_parallel false): each expert's width is split over the GPUs (FusedMoE), and in a
+      block-quantized checkpoint each GPU's part must be whole blocks (Fp8MoEMethod.create_weights: "The
+      output_size of gate's and up's weight = 352 is not divisible by weight quantization block_n = 128");
+    - expert parallel (more than one GPU): each GPU holds whole experts, so their width is not split. SGLang
+      asserts the experts divide evenly (FusedMoE: num_experts % moe_ep_size == 0); vLLM gives the first GPUs one
+      more (determine_expert_map), so any count places them."""
     out = []
     if model.get("heads") and model["heads"] % gpus:
         out.append("its %d attention heads" % model["heads"])
@@ -85,40 +104,89 @@ def split_problems(model, gpus, vision):
         out.append("its %d KV heads (nor is %d a multiple of them)" % (model["kv_heads"], gpus))
     if model.get("mlp_width") and model["mlp_width"] % gpus:
         out.append("its MLP width %d (intermediate_size)" % model["mlp_width"])
-    if model.get("expert_width") and model["expert_width"] % gpus:
-        out.append("its %d experts' width %d (moe_intermediate_size)" % (model["experts"], model["expert_width"]))
+    experts, width, block = model.get("experts"), model.get("expert_width"), model.get("weight_block")
+    part = None
+    if experts and expert_parallel and gpus > 1:
+        if engine != "vllm" and experts % gpus:
+            out.append("its %d routed experts (expert parallel: as many whole experts on each GPU)" % experts)
+        part = width
+    elif width and width % gpus:
+        out.append("its %d experts' width %d (moe_intermediate_size)" % (experts, width))
+    elif width:
+        part = width // gpus
+    # Each GPU's part of an expert: gate and up's output in blocks of n, and down's input, with more than one GPU,
+    # in blocks of k (vLLM's and SGLang's block-FP8 MoE methods check both).
+    if part and block and (part % block["n"] or (gpus > 1 and part % block["k"])):
+        size = block["n"] if block["n"] == block["k"] else "%dx%d" % (block["n"], block["k"])
+        out.append("its %d experts' width %d into whole %s weight blocks of %s (%s; quantization_config "
+                   "weight_block_size)" % (experts, width, block["method"], size,
+                                           "%d on each GPU" % part if part != width else "whole experts"))
     if vision and model.get("vision_heads") and model["vision_heads"] % gpus:
         out.append("its vision tower's %d attention heads" % model["vision_heads"])
     return out
 
 
-def gpu_counts(model, vision, most=16):
-    """The GPU counts up to `most` that split the model, in words: '1, 2 or 4'."""
-    counts = [str(n) for n in range(1, most + 1) if not split_problems(model, n, vision)]
+def gpu_counts(model, vision, most=16, expert_parallel=False, engine=None):
+    """The GPU counts up to `most` that run the model, in words: '1, 2 or 4'; None when none does."""
+    counts = [str(n) for n in range(1, most + 1) if not split_problems(model, n, vision, expert_parallel, engine)]
+    if not counts:
+        return None
     return counts[0] if len(counts) == 1 else "%s or %s" % (", ".join(counts[:-1]), counts[-1])
 
 
+def _gpus_words(counts):
+    return "%s GPU%s" % (counts, "" if counts == "1" else "s") if counts else "no count of GPUs up to 16"
+
+
 def split_refusal(model, settings, where):
-    """E_UNSUPPORTED on llm_gpus when the GPU engine cannot split the model over that many GPUs; None when it can,
-    or when the profile uses no GPUs (llama.cpp)."""
+    """E_UNSUPPORTED when the GPU engine cannot run the model over all of llm_gpus; None when it can, or when the
+    profile uses no GPUs (llama.cpp). On llm_expert_parallel when turning it on is what runs the model on these
+    GPUs (a block-quantized checkpoint whose experts split into parts of blocks), else on llm_gpus."""
     engine, gpus = settings.get("llm_engine"), settings.get("llm_gpus")
     if engine not in GPU_ENGINES or not isinstance(gpus, list) or len(gpus) < 2 or not model:
         return None
+    count, ep = len(gpus), bool(settings.get("llm_expert_parallel")) and bool(model.get("experts"))
     vision = bool(settings.get("llm_vision")) and model.get("vision")
-    problems = split_problems(model, len(gpus), vision)
+    problems = split_problems(model, count, vision, ep, engine)
     if not problems:
         return None
-    counts = gpu_counts(model, vision)
-    allowed = "%s GPU%s" % (counts, "" if counts == "1" else "s")
     listed = problems[0] if len(problems) == 1 else "%s or %s" % (", ".join(problems[:-1]), problems[-1])
+    how = "tensor parallel, each expert whole on a GPU: llm_expert_parallel" if ep else "tensor parallel"
+    said = "it splits %s over all %d GPUs (%s), and %d does not divide %s" % (where, count, how, count, listed)
+    counts = gpu_counts(model, vision, expert_parallel=ep, engine=engine)
     # vLLM serves a vision model's language model alone with llm_vision off (--language-model-only).
-    text_only = engine == "vllm" and not split_problems(model, len(gpus), False)
+    text_only = ", or llm_vision: false (no vision tower is loaded then)" if engine == "vllm" and not split_problems(
+        model, count, False, ep, engine) else ""
+    if model.get("experts") and not ep:
+        if not split_problems(model, count, vision, True, engine):
+            return finding(
+                "E_UNSUPPORTED", "llm_expert_parallel", "llm_expert_parallel is false on %s: %s; set "
+                "llm_expert_parallel: true (each GPU then holds whole experts, attention and the dense layers stay "
+                "tensor parallel), or llm_gpus to %s%s" % (engine, said, _gpus_words(counts), text_only),
+                variable="llm_expert_parallel", value=False, allowed="true", engine=engine)
+        with_ep = gpu_counts(model, vision, expert_parallel=True, engine=engine)
+        if with_ep and with_ep != counts:
+            text_only += ", or llm_expert_parallel: true with %s" % _gpus_words(with_ep)
     return finding(
-        "E_UNSUPPORTED", "llm_gpus", "llm_gpus is %r on %s: it splits %s over all %d GPUs (tensor parallel), and %d "
-        "does not divide %s; set llm_gpus to %s%s" % (
-            gpus, engine, where, len(gpus), len(gpus), listed, allowed,
-            ", or llm_vision: false (no vision tower is loaded then)" if text_only else ""),
-        variable="llm_gpus", value=gpus, allowed=allowed, engine=engine)
+        "E_UNSUPPORTED", "llm_gpus", "llm_gpus is %r on %s: %s; set llm_gpus to %s%s" % (
+            gpus, engine, said, _gpus_words(counts), text_only),
+        variable="llm_gpus", value=gpus, allowed=_gpus_words(counts), engine=engine)
+
+
+def expert_parallel_refusal(model, settings, where):
+    """E_UNSUPPORTED on llm_expert_parallel for a dense model on vLLM over several GPUs (the template renders
+    --enable-expert-parallel there): vLLM refuses expert parallelism for a model with no routed experts
+    (ModelConfig._verify_with_expert_parallelism). A shape without its heads is too little known to say."""
+    engine, gpus = settings.get("llm_engine"), settings.get("llm_gpus")
+    if engine != "vllm" or not settings.get("llm_expert_parallel") or not isinstance(gpus, list) or len(gpus) < 2 \
+            or not model or not model.get("heads") or model.get("experts"):
+        return None
+    return finding(
+        "E_UNSUPPORTED", "llm_expert_parallel", "llm_expert_parallel is true on vllm but %s has no routed experts "
+        "(none of %s in its config): vLLM refuses expert parallelism for a dense model (\"Number of experts in the "
+        "model must be greater than 0 when expert parallelism is enabled\"); set llm_expert_parallel: false" % (
+            where, ", ".join(EXPERT_KEYS)),
+        variable="llm_expert_parallel", value=True, allowed="false", engine=engine)
 
 
 def vision_refusal(settings, has_vision, where, alternative="serve a vision checkpoint (llm_model)"):
@@ -240,7 +308,11 @@ def refusals(settings, caps, repo, commit):
     refused = vision_refusal(settings, caps.get("vision"), where)
     if refused:
         out.append(refused)
-    split = split_refusal(caps.get("shape"), dict(settings, llm_vision=settings.get("llm_vision") and not refused),
+    dense = expert_parallel_refusal(caps.get("shape"), settings, where)
+    if dense:
+        out.append(dense)
+    split = split_refusal(caps.get("shape"), dict(settings, llm_vision=settings.get("llm_vision") and not refused,
+                                                  llm_expert_parallel=settings.get("llm_expert_parallel") and not dense),
                           where)
     if split:
         out.append(split)

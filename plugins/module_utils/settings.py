@@ -400,8 +400,11 @@ def _check_forms(values, findings, secret=()):
 
 
 # Hub checkpoints whose shape the collection carries: the recipe's model and its text stand-in
-# (docs/engines.md), as the burn-in presets copy them from the hub's config.json (dummy_hf.PRESETS).
+# (docs/engines.md), as the burn-in presets copy them from the hub's config.json (dummy_hf.PRESETS), with the
+# block-FP8 quantization both declare (the weights role's weights_fp8_quantization).
 CARRIED_SHAPES = {"zai-org/GLM-4.6V-FP8": "glm4v_moe", "zai-org/GLM-4.5-Air-FP8": "glm4_moe"}
+FP8_BLOCKS = {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                      "weight_block_size": [128, 128]}}
 # What the weights role's default weights_dummy_preset comes to (roles/weights/defaults/main.yml).
 DUMMY_PRESETS = {True: "glm4v_moe", False: "glm4_moe"}
 # The settings the model's shape is read from, or judged against (llm_vision too, when it passed).
@@ -425,7 +428,7 @@ def model_shape(values, model_config=None):
         return (checkpoint.shape(read[0]), "%s@%s (config.json in %s)" % (repo, revision, read[1]),
                 "serve a vision checkpoint (llm_model)", None)
     if repo in CARRIED_SHAPES:
-        return (checkpoint.shape(dummy_hf.PRESETS[CARRIED_SHAPES[repo]]),
+        return (checkpoint.shape(dummy_hf.merged(dummy_hf.PRESETS[CARRIED_SHAPES[repo]], FP8_BLOCKS)),
                 "%s (its config.json's shape, as the collection carries it)" % repo,
                 "serve a vision checkpoint (llm_model)", None)
     return (None, "its config.json at %s is not in the workstation's Hugging Face cache, and its shape is not one "
@@ -435,11 +438,12 @@ def model_shape(values, model_config=None):
 
 
 def _check_model_shape(values, findings, refused, model_config=None):
-    """What only the model's shape tells, before anything changes: images on for a text model, and a GPU count
-    the engine cannot split the model over (vLLM and SGLang run one engine over every GPU of llm_gpus). Read only
-    from settings that passed; an unknown shape is said (W_CHECK_SKIPPED), never guessed."""
+    """What only the model's shape tells, before anything changes: images on for a text model, expert parallelism
+    on vLLM for a dense model, and a GPU count the engine cannot run the model over (vLLM and SGLang run one engine
+    over every GPU of llm_gpus, its experts split or whole by llm_expert_parallel). Read only from settings that
+    passed; an unknown shape is said (W_CHECK_SKIPPED), never guessed."""
     if values.get("llm_engine") not in checkpoint.GPU_ENGINES or refused & set(SHAPE_INPUTS + DUMMY_INPUTS) \
-            or not all(n in values for n in SHAPE_INPUTS):
+            or "llm_expert_parallel" in refused or not all(n in values for n in SHAPE_INPUTS):
         return
     gpus = values["llm_gpus"]
     try:
@@ -458,10 +462,14 @@ def _check_model_shape(values, findings, refused, model_config=None):
     if vision:
         findings.append(vision)
         values.pop("llm_vision")
+    dense = checkpoint.expert_parallel_refusal(model, values, where)
+    if dense:
+        findings.append(dense)
+        values.pop("llm_expert_parallel")
     split = checkpoint.split_refusal(model, values, where)
     if split:
         findings.append(split)
-        values.pop("llm_gpus")
+        values.pop(split["details"]["variable"], None)
 
 
 def url_port_problem(url):

@@ -5,6 +5,7 @@ sh -c 'exec python3 -m sglang.launch_server "$@" --api-key "$GPUSERVE_API_KEY"' 
   --host 127.0.0.1 \
   --port 18020 \
   --tp-size 4 \
+  --ep-size 4 \
   --max-running-requests 40 \
   --context-length 131072 \
   --kv-cache-dtype fp8_e4m3 \

@@ -4,6 +4,7 @@ vllm serve /models/zai-org/GLM-4.6V-FP8 \
   --host 127.0.0.1 \
   --port 18020 \
   --tensor-parallel-size 4 \
+  --enable-expert-parallel \
   --max-num-seqs 40 \
   --max-model-len 131072 \
   --kv-cache-dtype fp8 \

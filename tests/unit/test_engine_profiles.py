@@ -121,6 +121,7 @@ def _help_flags(path=VLLM_HELP):
     {}, {"llm_drafter": "ngram"}, {"llm_drafter": "org/draft-model"}, {"llm_drafter": "off"},
     {"llm_vision": False}, {"llm_media_urls": ["example.com"]}, {"llm_kv": "bf16"}, {"llm_kv_cap_gib": 0},
     {"llm_model_dense": "bf16"}, {"llm_thinking": True}, {"llm_tool_call_parser": "glm47", "llm_reasoning_parser": "glm45"},
+    {"llm_expert_parallel": False}, {"llm_gpus": [0]},
 ])
 def test_every_vllm_flag_and_choice_is_in_vllm_0_26_help(variant):
     flags, choices = _help_flags()
@@ -149,7 +150,8 @@ def _sglang_flags(argv):
 @pytest.mark.parametrize("variant", [
     {}, {"llm_drafter": "mtp", "llm_vision": False}, {"llm_drafter": "org/draft-model"}, {"llm_drafter": "off"},
     {"llm_vision": False}, {"llm_kv": "bf16"}, {"llm_model_dense": "bf16"}, {"llm_api_key": ""},
-    {"llm_tool_call_parser": "glm", "llm_reasoning_parser": "glm45"},
+    {"llm_tool_call_parser": "glm", "llm_reasoning_parser": "glm45"}, {"llm_expert_parallel": False},
+    {"llm_gpus": [0]},
 ])
 def test_every_sglang_flag_and_choice_is_in_sglang_0_5_5_help(variant):
     """SGLang 0.5.5's parser refuses a flag it does not know (it refused --default-chat-template-kwargs:
@@ -201,6 +203,26 @@ def test_vllm_recipe_flags_say_what_the_recipe_says():
     assert float(opts["--gpu-memory-utilization"]) == pytest.approx(1 - 7.5 * 1024 / 97887, abs=1e-4)
     assert "--quantization" not in opts  # the checkpoint is FP8 already
     assert "--enable-auto-tool-choice" in argv and "--enable-prefix-caching" in argv
+    assert "--enable-expert-parallel" in argv  # vLLM's recipe for GLM-4.6V-FP8: --tensor-parallel-size 4 -ep
+
+
+@pytest.mark.parametrize("name, flag", [("vllm-recipe", ["--enable-expert-parallel"]),
+                                        ("sglang-recipe", ["--ep-size", "4"])])
+def test_expert_parallelism_is_rendered_on_more_than_one_gpu_only(name, flag):
+    """llm_expert_parallel (default true) keeps whole experts on each GPU. On one GPU there is nothing to place, and
+    vLLM would still refuse the flag for a dense model, so neither template renders it there; nor with it off."""
+    settings, paths, facts = CASES[name]
+    assert settings["llm_expert_parallel"] is True and len(settings["llm_gpus"]) == 4
+
+    def argv(**change):
+        return engine_command(dict(settings, **change), paths, facts)["argv"]
+    recipe = argv()
+    at = recipe.index(flag[0])
+    assert recipe[at:at + len(flag)] == flag
+    assert recipe[at - 2] in ("--tensor-parallel-size", "--tp-size") and recipe[at - 1] == "4"
+    assert argv(llm_gpus=[0, 1])[at:at + len(flag)] == flag[:1] + ["2"] * (len(flag) - 1)
+    assert flag[0] not in argv(llm_gpus=[0])
+    assert argv(llm_expert_parallel=False) == recipe[:at] + recipe[at + len(flag):]  # that flag alone
 
 
 def test_vllm_media_domains_are_fetched_without_redirects():

@@ -1,6 +1,8 @@
 """Values that validate but cannot run (issue 38 item 2), refused by settings validation before anything changes:
 a GPU count the engine cannot split the model over (its attention heads, KV heads, MLP and experts' widths, the
-vision tower's heads), images on for a text model, a URL whose port is not a port. The model's shape comes from
+vision tower's heads), experts split into parts of their FP8 weight blocks without expert parallelism
+(llm_expert_parallel), expert parallelism on vLLM for a dense model, images on for a text model, a URL whose port
+is not a port. The model's shape comes from
 the burn-in folder's config, a hub config.json on the workstation, or the shape the collection carries for the
 recipe's model; an unknown shape is W_CHECK_SKIPPED, never a guess."""
 import json
@@ -12,10 +14,14 @@ import yaml
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import checkpoint, dummy_hf
 from ansible_collections.gpuserve.llm.plugins.module_utils.settings import (
-    CARRIED_SHAPES, DUMMY_PRESETS, URL_PORT_ITEMS, URL_PORT_SETTINGS, validate, validate_templated)
+    CARRIED_SHAPES, DUMMY_PRESETS, FP8_BLOCKS, URL_PORT_ITEMS, URL_PORT_SETTINGS, validate, validate_templated)
 from settings_bases import CPU, DEFAULTS, OPTIONS, ROOT, SGLANG, SPECS
 
 GPUS3, GPUS4, GPUS8 = [0, 1, 2], [0, 1, 2, 3], list(range(8))
+with open(os.path.join(ROOT, "roles", "weights", "defaults", "main.yml")) as f:
+    WEIGHTS_DEFAULTS = yaml.safe_load(f)
+# The burn-in folder of an FP8 model, as the weights role's weights_dummy_config gives it (llm_model_dense fp8).
+FP8_DUMMY = {"llm_weights": "dummy", "weights_dummy_config": WEIGHTS_DEFAULTS["weights_fp8_quantization"]}
 
 
 def check(base=None, model_config=None, **changes):
@@ -31,16 +37,56 @@ def codes(findings):
 @pytest.mark.parametrize("weights", ["hub", "dummy"])
 def test_three_gpus_on_the_recipes_model_are_refused_four_accepted(weights):
     assert DEFAULTS["llm_gpus"] == GPUS4 and DEFAULTS["llm_model"] in CARRIED_SHAPES
+    assert DEFAULTS["llm_expert_parallel"] is True  # whole experts on each GPU: only the KV heads stop 3 GPUs
     findings = check(llm_weights=weights, llm_gpus=GPUS3)
     assert codes(findings) == [("E_UNSUPPORTED", "llm_gpus")], findings
     message = findings[0]["message"]
     assert message.startswith("llm_gpus is [0, 1, 2] on vllm: ")
-    assert "3 does not divide its 8 KV heads" in message and "1408 (moe_intermediate_size)" in message
+    assert "(tensor parallel, each expert whole on a GPU: llm_expert_parallel)" in message
+    assert "3 does not divide its 8 KV heads" in message and "moe_intermediate_size" not in message
     assert "attention heads" not in message  # 96 divides by 3: only what fails is named
     assert findings[0]["details"]["allowed"] == "1, 2 or 4 GPUs" and findings[0]["details"]["value"] == GPUS3
     assert message.endswith("set llm_gpus to 1, 2 or 4 GPUs")
     for gpus in ([0], [0, 1], GPUS4):
         assert check(llm_weights=weights, llm_gpus=gpus) == [], gpus
+    # Without expert parallelism each expert's width is split too: 1408 does not divide by 3 either.
+    findings = check(llm_weights=weights, llm_gpus=GPUS3, llm_expert_parallel=False)
+    assert codes(findings) == [("E_UNSUPPORTED", "llm_gpus")], findings
+    assert "(tensor parallel), and 3 does not divide its 8 KV heads (nor is 3 a multiple of them) or its 128 " \
+        "experts' width 1408 (moe_intermediate_size)" in findings[0]["message"]
+
+
+@pytest.mark.parametrize("weights", [{}, FP8_DUMMY])
+def test_four_gpus_need_expert_parallelism_for_the_recipes_block_fp8_experts(weights):
+    """vLLM's recipe for zai-org/GLM-4.6V-FP8 is --tensor-parallel-size 4 --enable-expert-parallel: split over 4
+    GPUs each expert is 352 wide, not whole 128-wide FP8 blocks, and vLLM stops at load ("The output_size of gate's
+    and up's weight = 352 is not divisible by weight quantization block_n = 128")."""
+    assert check(**weights) == []  # llm_expert_parallel true, the default: whole experts (1408 = 11 x 128) on each GPU
+    findings = check(llm_expert_parallel=False, **weights)
+    assert codes(findings) == [("E_UNSUPPORTED", "llm_expert_parallel")], findings
+    message = findings[0]["message"]
+    assert message.startswith("llm_expert_parallel is false on vllm: it splits ")
+    assert "over all 4 GPUs (tensor parallel), and 4 does not divide its 128 experts' width 1408 into whole fp8 " \
+        "weight blocks of 128 (352 on each GPU; quantization_config weight_block_size)" in message
+    assert message.endswith("set llm_expert_parallel: true (each GPU then holds whole experts, attention and the "
+                            "dense layers stay tensor parallel), or llm_gpus to 1 GPU")
+    assert findings[0]["details"] == {"variable": "llm_expert_parallel", "value": False, "allowed": "true",
+                                      "engine": "vllm"}
+    # 704 on each of 2 GPUs is no whole number of blocks either; one GPU holds every expert whole.
+    assert codes(check(llm_expert_parallel=False, llm_gpus=[0, 1], **weights)) == [
+        ("E_UNSUPPORTED", "llm_expert_parallel")]
+    assert check(llm_expert_parallel=False, llm_gpus=[0], **weights) == []
+    # SGLang's block-FP8 MoE method refuses the same part; its --ep-size keeps the experts whole (text only here:
+    # the burn-in vision folder is proven on vLLM only).
+    sglang = dict(SGLANG, llm_vision=False)
+    assert codes(check(sglang, llm_expert_parallel=False, **weights)) == [("E_UNSUPPORTED", "llm_expert_parallel")]
+    assert check(sglang, **weights) == []
+
+
+def test_the_burn_in_folder_without_fp8_blocks_splits_its_experts_anywhere_they_divide():
+    """A bf16 folder (no quantization_config) has no blocks: 1408 / 4 = 352 is a width vLLM takes."""
+    assert check(llm_weights="dummy", llm_expert_parallel=False) == []
+    assert checkpoint.shape(dummy_hf.PRESETS["glm4v_moe"])["weight_block"] is None
 
 
 def test_sglang_is_held_to_the_same_split_and_llama_cpp_to_none():
@@ -70,6 +116,69 @@ def test_each_part_of_the_shape_is_judged_as_vllm_splits_it():
     assert checkpoint.split_problems(dict(model, mlp_width=10000), 32, False) == ["its MLP width 10000 (intermediate_size)"]
     assert checkpoint.gpu_counts(model, False) == "1, 2, 4, 8 or 16"
     assert checkpoint.gpu_counts(dict(model, heads=7, kv_heads=7, mlp_width=7), False) == "1 or 7"
+
+
+def test_expert_parallelism_keeps_experts_whole_and_places_them_as_each_engine_does():
+    model = {"heads": 32, "kv_heads": 8, "mlp_width": 14336, "experts": 60, "expert_width": 1408, "vision": False,
+             "vision_heads": None, "weight_block": {"method": "fp8", "n": 128, "k": 128}}
+    # Tensor parallel: 1408 / 8 = 176, no whole number of 128-wide blocks.
+    assert checkpoint.split_problems(model, 8, False) == [
+        "its 60 experts' width 1408 into whole fp8 weight blocks of 128 (176 on each GPU; quantization_config "
+        "weight_block_size)"]
+    # Expert parallel: whole experts. vLLM gives the first GPUs one more (determine_expert_map: 60 over 8 GPUs is 8
+    # on four and 7 on four); SGLang's FusedMoE asserts the experts divide by the GPUs.
+    assert checkpoint.split_problems(model, 8, False, True, "vllm") == []
+    assert checkpoint.split_problems(model, 8, False, True, "sglang") == [
+        "its 60 routed experts (expert parallel: as many whole experts on each GPU)"]
+    assert checkpoint.gpu_counts(model, False, expert_parallel=True, engine="sglang") == "1, 2 or 4"
+    assert checkpoint.gpu_counts(model, False) == "1"
+    # Blocks n x k: gate and up's output in blocks of n, down's input (more than one GPU) in blocks of k.
+    assert checkpoint.split_problems(dict(model, weight_block={"method": "fp8", "n": 128, "k": 256}), 2, False) == [
+        "its 60 experts' width 1408 into whole fp8 weight blocks of 128x256 (704 on each GPU; quantization_config "
+        "weight_block_size)"]
+    # A dense model: nothing to place, the flag changes no rule.
+    dense = dict(model, experts=None, expert_width=None)
+    assert checkpoint.split_problems(dense, 8, False, True, "sglang") == []
+
+
+def test_the_shape_records_a_checkpoints_weight_blocks():
+    fp8 = dummy_hf.merged(dummy_hf.PRESETS["glm4v_moe"], WEIGHTS_DEFAULTS["weights_fp8_quantization"])
+    assert checkpoint.shape(fp8)["weight_block"] == {"method": "fp8", "n": 128, "k": 128}
+    # Under text_config, as some vision checkpoints put it; a malformed one is no block.
+    inner = dummy_hf.merged(dummy_hf.PRESETS["glm4v_moe"], {"text_config": FP8_BLOCKS})
+    assert checkpoint.shape(inner)["weight_block"] == {"method": "fp8", "n": 128, "k": 128}
+    for odd in ([128], [128, 0], "128", [128, True], None):
+        config = dict(dummy_hf.PRESETS["glm4_moe"], quantization_config={"weight_block_size": odd})
+        assert checkpoint.shape(config)["weight_block"] is None, odd
+    # The shape carried for the recipe's model is its config.json's: FP8 in 128 x 128 blocks, as the weights role
+    # declares an FP8 model's burn-in folder.
+    assert FP8_BLOCKS == WEIGHTS_DEFAULTS["weights_fp8_quantization"]
+
+
+def test_expert_parallelism_on_vllm_for_a_dense_model_is_refused(tmp_path):
+    """vLLM refuses --enable-expert-parallel for a model with no routed experts (ModelConfig.
+    _verify_with_expert_parallelism), and the template renders it on more than one GPU."""
+    dense = {"architectures": ["Qwen2ForCausalLM"], "num_attention_heads": 28, "num_key_value_heads": 4,
+             "intermediate_size": 18944}
+    _cache(tmp_path, "acme/dense", dense)
+
+    def read(repo, revision):
+        return checkpoint.cached_config(str(tmp_path), repo, revision)
+    base = dict(DEFAULTS, llm_model="acme/dense", llm_vision=False)
+    findings = check(base, model_config=read)
+    assert codes(findings) == [("E_UNSUPPORTED", "llm_expert_parallel")]
+    assert "llm_expert_parallel is true on vllm but acme/dense@main" in findings[0]["message"]
+    assert "\"Number of experts in the model must be greater than 0 when expert parallelism is enabled\"" in \
+        findings[0]["message"]
+    assert findings[0]["message"].endswith("set llm_expert_parallel: false")
+    assert check(base, model_config=read, llm_expert_parallel=False) == []
+    assert check(base, model_config=read, llm_gpus=[0]) == []  # one GPU: the flag is not rendered
+    # SGLang's --ep-size on a dense model: not known to fail, so not refused.
+    on_sglang = dict(base, **{k: SGLANG[k] for k in ("llm_engine", "llm_media_urls", "llm_kv_cap_gib", "llm_thinking")})
+    assert check(on_sglang, model_config=read) == []
+    # Both mistakes, each named once: the split is judged as with llm_expert_parallel false.
+    assert codes(check(base, model_config=read, llm_gpus=GPUS3)) == [
+        ("E_UNSUPPORTED", "llm_expert_parallel"), ("E_UNSUPPORTED", "llm_gpus")]
 
 
 def test_images_on_for_the_text_burn_in_folder_are_refused():
@@ -130,13 +239,14 @@ def test_a_hub_config_json_in_the_workstations_cache_gives_the_shape(tmp_path):
 
     def read(repo, revision):
         return checkpoint.cached_config(str(tmp_path), repo, revision)
-    findings = check(model_config=read, llm_model="acme/dense", llm_gpus=GPUS3)
+    findings = check(model_config=read, llm_model="acme/dense", llm_gpus=GPUS3, llm_expert_parallel=False)
     assert codes(findings) == [("E_UNSUPPORTED", "llm_vision"), ("E_UNSUPPORTED", "llm_gpus")]
     assert "acme/dense@main (config.json in %s)" % path in findings[1]["message"]
     assert "3 does not divide its 28 attention heads" in findings[1]["message"]
-    assert check(model_config=read, llm_model="acme/dense", llm_gpus=GPUS4, llm_vision=False) == []
+    assert check(model_config=read, llm_model="acme/dense", llm_gpus=GPUS4, llm_vision=False,
+                 llm_expert_parallel=False) == []
     # Through validate_templated too (what the action runs).
-    raw = dict(DEFAULTS, llm_model="acme/dense", llm_gpus=GPUS3, llm_vision=False)
+    raw = dict(DEFAULTS, llm_model="acme/dense", llm_gpus=GPUS3, llm_vision=False, llm_expert_parallel=False)
     findings = validate_templated(raw, lambda value, typed: value, OPTIONS, SPECS.internal, model_config=read)[0]
     assert codes(findings) == [("E_UNSUPPORTED", "llm_gpus")]
 
@@ -173,16 +283,25 @@ def test_validation_reads_the_burn_in_folder_the_weights_stage_makes():
     made = dummy_hf.model_config("glm4v_moe")
     assert checkpoint.shape(made) == checkpoint.shape(dummy_hf.PRESETS["glm4v_moe"])
     assert checkpoint.shape(made) == {"heads": 96, "kv_heads": 8, "mlp_width": 10944, "experts": 128,
-                                      "expert_width": 1408, "vision": True, "vision_heads": 12}
+                                      "expert_width": 1408, "vision": True, "vision_heads": 12, "weight_block": None}
 
 
 def test_the_weights_stage_refuses_the_same_split_from_the_hubs_config_json():
-    caps = checkpoint.from_config(dummy_hf.PRESETS["glm4v_moe"])
-    serve = {"llm_vision": True, "llm_drafter": "ngram", "llm_engine": "vllm"}
+    caps = checkpoint.from_config(dummy_hf.merged(dummy_hf.PRESETS["glm4v_moe"], FP8_BLOCKS))
+    serve = {"llm_vision": True, "llm_drafter": "ngram", "llm_engine": "vllm", "llm_expert_parallel": True}
     found = checkpoint.refusals(dict(serve, llm_gpus=GPUS3), caps, "zai-org/GLM-4.6V-FP8", "a" * 40)
     assert codes(found) == [("E_UNSUPPORTED", "llm_gpus")]
     assert "zai-org/GLM-4.6V-FP8@aaaaaaaaaaaa (config.json)" in found[0]["message"]
     assert checkpoint.refusals(dict(serve, llm_gpus=GPUS4), caps, "zai-org/GLM-4.6V-FP8", "a" * 40) == []
+    found = checkpoint.refusals(dict(serve, llm_gpus=GPUS4, llm_expert_parallel=False), caps, "zai-org/GLM-4.6V-FP8",
+                                "a" * 40)
+    assert codes(found) == [("E_UNSUPPORTED", "llm_expert_parallel")] and "(352 on each GPU;" in found[0]["message"]
+    dense = checkpoint.from_config({"num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944})
+    assert codes(checkpoint.refusals(dict(serve, llm_vision=False, llm_gpus=GPUS4), dense, "acme/dense", "a" * 40)) \
+        == [("E_UNSUPPORTED", "llm_expert_parallel")]
+    # The weights stage hands the module what it judges by (roles/weights/tasks/hub.yml's serve).
+    with open(os.path.join(ROOT, "roles", "weights", "tasks", "hub.yml")) as f:
+        assert "'llm_expert_parallel': llm_settings.llm_expert_parallel" in f.read()
     assert checkpoint.refusals(serve, caps, "zai-org/GLM-4.6V-FP8", "a" * 40) == []  # no GPUs given: not judged
     assert checkpoint.needed(dict(serve, llm_vision=False, llm_drafter="off", llm_gpus=GPUS3))
     assert not checkpoint.needed(dict(serve, llm_vision=False, llm_drafter="off", llm_gpus=[0]))
