@@ -130,7 +130,13 @@ def test_host_faults_each_give_their_code(fleet):
     fleet.host("disk", "rtxpro6000x4-healthy.json", preflight_disk_checkpoint_gib=10 ** 6)
     fleet.host("nodocker", "rtxpro6000x4-healthy.json", llm_docker_host="unix:///nonexistent/docker.sock")
     busy_port = socket.socket()
-    busy_port.bind(("127.0.0.1", 0))
+    # Not the kernel's pick (32768 and up): the engine's port is llm_port + 10000, and above 65535 is E_CONFIG.
+    for candidate in range(18090, 18190):
+        try:
+            busy_port.bind(("127.0.0.1", candidate))
+            break
+        except OSError:
+            continue
     busy_port.listen(1)
     try:
         fleet.host("port", "rtxpro6000x4-healthy.json", llm_port=busy_port.getsockname()[1])
