@@ -256,7 +256,7 @@ class HostFleet(object):
         proc = subprocess.run(argv, cwd=str(self.workdir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=900, check=False)
         self.runs.append((" ".join([playbook] + list(args)),
-                          Result(proc, self.workdir, timed=(started, [playbook] + self.args + list(args)))))
+                          Result(proc, self.workdir, timed=(started, [playbook] + list(args)))))
         return self.runs[-1][1]
 
 
