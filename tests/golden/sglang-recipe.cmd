@@ -4,6 +4,7 @@ sh -c 'exec python3 -m sglang.launch_server "$@" --api-key "$GPUSERVE_API_KEY"' 
   --served-model-name glm-4.6v \
   --host 127.0.0.1 \
   --port 18020 \
+  --enable-metrics \
   --tp-size 4 \
   --ep-size 4 \
   --max-running-requests 40 \
