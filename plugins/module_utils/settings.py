@@ -378,9 +378,10 @@ def _check_forms(values, findings, secret=()):
             findings.append(_url_port_bad(name, name, values.pop(name), why, name in secret))
     for name, key in URL_PORT_ITEMS:
         items = values.get(name) if isinstance(values.get(name), list) else []
-        bad = [(i, item[key]) for i, item in enumerate(items) if isinstance(item, dict) and url_port_problem(item.get(key))]
-        for i, url in bad:
-            findings.append(_url_port_bad("%s[%d].%s" % (name, i, key), name, url, url_port_problem(url)))
+        bad = [(i, item.get(key), url_port_problem(item.get(key))) for i, item in enumerate(items) if isinstance(item, dict)]
+        bad = [(i, url, why) for i, url, why in bad if why]
+        for i, url, why in bad:
+            findings.append(_url_port_bad("%s[%d].%s" % (name, i, key), name, url, why))
         if bad:
             values.pop(name)
     for name in ADDRESS_SETTINGS:
