@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 import sysfs_tree
+import task_times
 from ansible_collections.gpuserve.llm.plugins.module_utils.host_checks import sysfs_bdf as sysfs_tree_bdf
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,6 +34,12 @@ SCENARIOS = os.path.join(TESTS, "nvml_scenarios")
 BIN = os.path.dirname(sys.executable)
 # Every playbook run's wall time, for the summary at the end (where the test command's time goes).
 PLAYBOOK_TIMES = []
+# And every task's (tests/callback_plugins/task_times.py), into a file of this session's unless the test
+# command names one.
+os.environ.setdefault("GPUSERVE_TASK_TIMES", os.path.join(tempfile.mkdtemp(prefix="gpuserve-task-times-"),
+                                                          "pytest.jsonl"))
+os.environ["ANSIBLE_CALLBACK_PLUGINS"] = os.path.join(TESTS, "callback_plugins")
+os.environ["ANSIBLE_CALLBACKS_ENABLED"] = "task_times"
 
 
 def _double():
@@ -252,6 +259,9 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("playbook runs: %d, %.0f s in all; the slowest" % (len(PLAYBOOK_TIMES), total))
     for seconds, test, args in sorted(PLAYBOOK_TIMES, reverse=True)[:30]:
         terminalreporter.write_line("%7.1f s  %-48s %s" % (seconds, test[:48], args))
+    terminalreporter.section("the tasks that took the most wall time over those runs")
+    for line in task_times.summary([os.environ["GPUSERVE_TASK_TIMES"]], top=40):
+        terminalreporter.write_line(line)
 
 
 class Result:
