@@ -116,7 +116,6 @@ check_phase() {  # check_phase NAME COMMAND...: a phase, unless it passed on the
 declare -A MOLECULE=(
   [default]="molecule default (2 container hosts: site.yml, idempotence, verify, stop), beside"
   [preflight]="molecule preflight (7 container hosts), beside"
-  [check_mode]="molecule check_mode (--check on fresh hosts), beside"
 )
 declare -A BG_PID=() BG_DIR=()
 # shellcheck disable=SC2034  # read through the namerefs below (local -n)
@@ -252,6 +251,18 @@ in_venv() {  # in_venv COMMAND...: with .venv's tools first on PATH and the test
   env PATH="$PWD/.venv/bin:$PATH" DOCKER_HOST="$GPUSERVE_TEST_DOCKER_HOST" "$@"
 }
 
+# Where the playbook time goes: every task's wall time (tests/callback_plugins/task_times.py), a file a
+# stream, summed at the end by tests/task_times.py.
+TASK_TIMES=$PWD/.work/task-times
+rm -rf "$TASK_TIMES" && mkdir -p "$TASK_TIMES"
+task_timed() {  # task_timed NAME COMMAND...: its playbooks' task times into $TASK_TIMES/NAME.jsonl
+  local name=$1
+  shift
+  ( export GPUSERVE_TASK_TIMES="$TASK_TIMES/$name.jsonl" ANSIBLE_CALLBACK_PLUGINS="$PWD/tests/callback_plugins" \
+      ANSIBLE_CALLBACKS_ENABLED=task_times
+    "$@" )
+}
+
 phase "Debian packages (docker.io, debootstrap, shellcheck, docker-registry, rsync, gpg)" debian_packages
 phase "test bed Docker daemon" start_testbed
 
@@ -296,11 +307,11 @@ PLAYBOOKS_BESIDE=(tests/integration/test_autotune_play.py tests/integration/test
 PLAYBOOK_VENV=.venv
 PLAYBOOK_CORE="ansible-core 2.19"
 [[ ! -x .venv-latest/bin/python ]] || PLAYBOOK_VENV=.venv-latest PLAYBOOK_CORE="newest ansible-core"
-for s in preflight check_mode default; do
-  queue_background molecule "${MOLECULE[$s]}" in_venv molecule test -s "$s"
+for s in preflight default; do
+  queue_background molecule "${MOLECULE[$s]}" task_timed "molecule-$s" in_venv molecule test -s "$s"
 done
 queue_background molecule "pytest playbooks (${#PLAYBOOKS_BESIDE[@]} files), $PLAYBOOK_CORE, beside" \
-  run_pytest "$PLAYBOOK_VENV" --durations=10 "${PLAYBOOKS_BESIDE[@]}"
+  task_timed beside run_pytest "$PLAYBOOK_VENV" --durations=10 "${PLAYBOOKS_BESIDE[@]}"
 start_background molecule
 # The checks, one after the other and at a lower priority: they fill the cores the playbook tests
 # leave idle while their hosts and engines wait, rather than holding both cores before the
@@ -320,9 +331,12 @@ for f in "${PLAYBOOKS_BESIDE[@]}"; do FOREGROUND+=("--ignore=$f"); done
 # Every stream is waited for and printed, a failed one or not; the first failure's rc is the run's.
 RC=0
 FG_NAME="pytest playbooks, $PLAYBOOK_CORE"
-cached "$FG_NAME" || run_phase "$FG_NAME" run_pytest "$PLAYBOOK_VENV" --durations=25 "${FOREGROUND[@]}" || RC=$?
+cached "$FG_NAME" || run_phase "$FG_NAME" task_timed foreground run_pytest "$PLAYBOOK_VENV" --durations=25 \
+  "${FOREGROUND[@]}" || RC=$?
 for stream in checks molecule; do
   join_background "$stream" || { code=$?; [[ $RC != 0 ]] || RC=$code; }
 done
+echo "=== where the playbook time went: the tasks with the most wall time, every stream"
+.venv/bin/python tests/task_times.py "$TASK_TIMES"/*.jsonl --top 40 || true
 summary
 [[ $RC == 0 ]] || exit "$RC"

@@ -48,8 +48,10 @@ def test_check_mode_runs_every_probe_and_changes_nothing(fleet):
     result = fleet.run("site.yml", "--tags", "preflight", "--check",
                        NVML_REPLAY_SCENARIO=str(venv / "nvml-replay.json"))
     assert result.rc == 2, result
-    # The GPU checks ran (through a throwaway virtualenv) and found the fault...
+    # The GPU checks ran (through a throwaway virtualenv) and found the fault, with every GPU and pair read...
     assert result.codes("fresh") == ["E_MIG"]
+    facts = result.report()["fresh"]["facts"]
+    assert len(facts["gpus"]) == 4 and len(facts["p2p"]) == 12, facts
     # ...while the host is as it was: no virtualenv, no wheelhouse, no temporary folders left.
     assert set(os.listdir(str(venv))) == before
     assert not os.path.exists(str(fleet.dir / "fresh" / "wheelhouse"))
