@@ -133,8 +133,10 @@ def settings_recipe():
     defaults = dict((k, v) for k, v in load("roles/llm/defaults/main.yml").items() if "{{" not in str(v))
     settings = dict(defaults, **load("inventories/example/group_vars/llm_hosts/settings.yml"))
     # The example recipe on one GPU, as a text model (the burn-in folder has no vision tower).
+    # The engine binds llm_engine_host:llm_engine_port (the front's commit a1cd9a5; the default port is a template,
+    # llm_port + 10000, which the filter above leaves out): here the engine itself is served on PORT, no front.
     settings.update(llm_vision=False, llm_weights="dummy", llm_gpus=[0], llm_api_key=KEY, llm_host="127.0.0.1",
-                    llm_port=PORT, llm_model_dense="fp8")
+                    llm_port=PORT, llm_engine_host="127.0.0.1", llm_engine_port=PORT, llm_model_dense="fp8")
     return settings
 
 
