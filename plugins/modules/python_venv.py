@@ -131,9 +131,15 @@ def _run(module, argv):
     return out
 
 
+# What the virtualenv holds, read by its own interpreter through importlib.metadata: what `pip list` reports,
+# without starting pip (about a tenth of its CPU; this runs on every run of every host).
+_LIST_INSTALLED = ("import importlib.metadata as m, json; print(json.dumps("
+                   "[[d.metadata['Name'], d.version] for d in m.distributions() if d.metadata['Name']]))")
+
+
 def _installed(module, python):
-    out = _run(module, [python, "-m", "pip", "list", "--format", "json", "--disable-pip-version-check"])
-    return dict((_norm(p["name"]), p["version"]) for p in json.loads(out))
+    out = _run(module, [python, "-c", _LIST_INSTALLED])
+    return dict((_norm(name), version) for name, version in json.loads(out))
 
 
 def _missing(module, path, packages):

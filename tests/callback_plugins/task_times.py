@@ -46,8 +46,7 @@ class CallbackModule(CallbackBase):
 
     def _start(self, task):
         self._close()
-        role = task._role.get_name() if task._role else ""  # pylint: disable=protected-access
-        self._current = ((role + " : " if role else "") + task.get_name(), self._play, time.monotonic())
+        self._current = (task.get_name(), self._play, time.monotonic())  # the name has its role before it
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._start(task)
