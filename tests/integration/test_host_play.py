@@ -504,8 +504,9 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert moved.says("E_DOCKER_RESTART [error] %s unix:///var/run/docker.sock" % good), moved
     assert moved.says("would stop 1 container(s) the collection does not own: foreign-job"), moved
     held = sorted(sh(docker_host, good, "docker image ls --format '{{.Repository}}:{{.Tag}}'").stdout.split())
-    # The engine image (which the foreign container runs too), the front's and the router's.
-    assert image in held and [h for h in held if h.startswith("gpuserve/front:")], held
+    # The engine image (which the foreign container runs too: the engine names it by id), the front's and the router's.
+    kinds = ("gpuserve/llama.cpp:", "gpuserve/front:", "gpuserve/vllm-router:")
+    assert [any(h.startswith(kind) for h in held) for kind in kinds] == [True] * 3, held
     assert moved.says("would strand the %d image(s) the old data root holds: %s" % (len(held), ", ".join(held))), moved
     assert "data-root" not in json.loads(sh(docker_host, good, "cat /etc/docker/daemon.json").stdout)
     assert sh(docker_host, good, "docker inspect -f '{{.State.Running}}' foreign-job").stdout.split() == ["true"]
