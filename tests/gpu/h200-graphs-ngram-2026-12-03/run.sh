@@ -8,7 +8,7 @@
 #   .whl/e2: vllm/ {vllm-part-01}
 #   .whl/e3..e5: vllm/ {vllm-part-02} (e3 only), repo/ = `git archive HEAD` of the commit named in report.md (the
 #     branch's tree as committed: the other session's uncommitted edits in the checkout stay out of the command)
-# The calls:
+# The calls as planned (the rows below: CONC, KINDS_ and CALL_S narrow them):
 #   e1: CALL=e1 bash .../run.sh stash .whl/e1
 #   e2: CALL=e2 bash .../run.sh stash .whl/e2
 #   e3: CALL=e3 VLLM_DEEP_GEMM_WARMUP=skip bash .../run.sh seqs40 .whl/e3      unpack, then item 5's baseline: the
@@ -19,6 +19,14 @@
 #   e5: CALL=e5 VLLM_DEEP_GEMM_WARMUP=skip bash .../run.sh ngram .whl/e5       item 6: the example's drafter on
 #       (bench mode `recipe`: llm_drafter ngram from inventories/example, rendered as --speculative-config
 #       {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}), otherwise as e3
+# What ran (report.md; .whl/e3..e5/repo: git archive of 7bf39b2), one lease, back to back:
+#   e1, e2 as planned
+#   e3:  as planned: not healthy in 406 s on the fresh machine (stopped during CUDA-graph capture, 7 of 13 sizes)
+#   e3b: CALL=e3b VLLM_DEEP_GEMM_WARMUP=skip bash .../run.sh seqs40 .whl/e4        (vLLM already unpacked)
+#   e4:  CONC=1,4 CALL=e4 VLLM_DEEP_GEMM_WARMUP=skip bash .../run.sh capture512 .whl/e4
+#   e5:  CALL_S=345 KINDS_=prose CONC=1,16,40 CALL=e5 VLLM_DEEP_GEMM_WARMUP=skip bash .../run.sh ngram .whl/e5
+#   (e4 and e5 ran this script with the CONC / KINDS_ / CALL_S variables put in by sed in the call's own command line,
+#   since committed here as they ran.)
 # Rows on every server (one server start a call): prose then structured at 1, 4, 16, 40 requests (256-token replies,
 # greedy; prose ignore_eos, structured under the JSON schema), a warm-up pass at each row's shape then REPEATS=3 timed
 # passes; then cold prompts of ~100 and ~300 tokens (PREFILL=100,300: one warm-up + 3 cold prompts each, 8 tokens out).
@@ -69,7 +77,8 @@ guarded() {  # LIMIT COMMAND...: in a process group of its own; SIGINT after LIM
   kill -- "-$pgid" 2>/dev/null && echo "== killed what was left of process group $pgid" && sleep 5
   return $rc
 }
-left() { echo $(( 540 - $(date +%s) + T0 )); }  # seconds left of this call (600, less 40 s for the guard's kill)
+left() { echo $(( ${CALL_S:-540} - $(date +%s) + T0 )); }  # seconds left of this call (600 less 40 s for the guard's kill,
+  # or CALL_S less 40 s for a shorter call)
 bench() {  # NAME BENCH_MODE [ENV=VALUE ...]: bench_recipe_vs_defaults.py with the row settings in the environment;
   # no new row starts after BUDGET_S (the call's time left less 50 s: a row in progress finishes)
   local name=$1 mode=$2 start limit budget
@@ -78,7 +87,7 @@ bench() {  # NAME BENCH_MODE [ENV=VALUE ...]: bench_recipe_vs_defaults.py with t
   limit=$(left)
   budget=$(( limit - 50 ))
   echo "== $(date -u +%T) $name (BUDGET_S=$budget, stopped after $limit s) $*"
-  guarded "$limit" env NAME="$name" BUDGET_S="$budget" LAYERS=46 KINDS=prose,structured CONCURRENCY=1,4,16,40 \
+  guarded "$limit" env NAME="$name" BUDGET_S="$budget" LAYERS=46 KINDS=${KINDS_:-prose,structured} CONCURRENCY=${CONC:-1,4,16,40} \
     REPEATS=3 SIDE='' PREFILL=100,300 REUSE=0 HEALTH_TIMEOUT=$(( limit - 90 )) DROP=--kv-cache-memory-bytes "$@" \
     python3 tests/gpu/bench_recipe_vs_defaults.py "$OUT" "$mode" /root/vllm/site
   echo "== $name rc=$? in $(( $(date +%s) - start )) s"
