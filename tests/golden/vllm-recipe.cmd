@@ -6,6 +6,7 @@ vllm serve /models/zai-org/GLM-4.6V-FP8 \
   --tensor-parallel-size 4 \
   --enable-expert-parallel \
   --max-num-seqs 40 \
+  --compilation-config '{"max_cudagraph_capture_size": 512}' \
   --max-model-len 131072 \
   --kv-cache-dtype fp8 \
   --gpu-memory-utilization 0.9215 \
