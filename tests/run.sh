@@ -298,12 +298,12 @@ together "llama.cpp root (debootstrap from Debian's packages, kept by version)" 
 inputs_key
 
 check_phase "yamllint" .venv/bin/yamllint -s .
-check_phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh scripts/*.sh .ci/run
+check_phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh tests/gpu/*/*.sh scripts/*.sh .ci/run
 # The playbook tests in two streams (the newest ansible-core, where Python 3.12 is): these files in the
 # background after molecule's scenarios, every other file in the foreground; the checks in a third.
 PLAYBOOKS_BESIDE=(tests/integration/test_autotune_play.py tests/integration/test_service_play.py
                   tests/integration/test_weights_play.py tests/integration/test_main_command.py
-                  tests/integration/test_weights_hub.py)
+                  tests/integration/test_weights_hub.py tests/integration/test_preflight_play.py)
 PLAYBOOK_VENV=.venv
 PLAYBOOK_CORE="ansible-core 2.19"
 [[ ! -x .venv-latest/bin/python ]] || PLAYBOOK_VENV=.venv-latest PLAYBOOK_CORE="newest ansible-core"

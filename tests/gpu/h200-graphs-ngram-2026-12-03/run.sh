@@ -39,7 +39,7 @@ TAG=${CALL:-$MODE}
 T0=$(date +%s)
 exec > >(tee "$OUT/device-$TAG.log") 2>&1
 echo "== $(date -u +%FT%TZ) $TAG: $(nproc) cores, $(uname -r); $(nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem,power.limit,temperature.gpu --format=csv,noheader)"
-echo "== VLLM_DEEP_GEMM_WARMUP=${VLLM_DEEP_GEMM_WARMUP:-unset}; left from an earlier call: $(ls /root/stash 2>/dev/null | tr '\n' ' '); vLLM processes: $(pgrep -fc 'vllm.entrypoints' || true); caches: $(du -sh /root/.cache/flashinfer /root/.cache/vllm /root/.deep_gemm 2>/dev/null | tr '\n\t' '  ')"
+echo "== VLLM_DEEP_GEMM_WARMUP=${VLLM_DEEP_GEMM_WARMUP:-unset}; left from an earlier call: $(find /root/stash -maxdepth 1 -printf '%f ' 2>/dev/null); vLLM processes: $(pgrep -fc 'vllm.entrypoints' || true); caches: $(du -sh /root/.cache/flashinfer /root/.cache/vllm /root/.deep_gemm 2>/dev/null | tr '\n\t' '  ')"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONUNBUFFERED=1
 export PATH=$CUDA_HOME/bin:$PATH
 stash() {
@@ -87,7 +87,7 @@ bench() {  # NAME BENCH_MODE [ENV=VALUE ...]: bench_recipe_vs_defaults.py with t
   limit=$(left)
   budget=$(( limit - 50 ))
   echo "== $(date -u +%T) $name (BUDGET_S=$budget, stopped after $limit s) $*"
-  guarded "$limit" env NAME="$name" BUDGET_S="$budget" LAYERS=46 KINDS=${KINDS_:-prose,structured} CONCURRENCY=${CONC:-1,4,16,40} \
+  guarded "$limit" env NAME="$name" BUDGET_S="$budget" LAYERS=46 KINDS="${KINDS_:-prose,structured}" CONCURRENCY="${CONC:-1,4,16,40}" \
     REPEATS=3 SIDE='' PREFILL=100,300 REUSE=0 HEALTH_TIMEOUT=$(( limit - 90 )) DROP=--kv-cache-memory-bytes "$@" \
     python3 tests/gpu/bench_recipe_vs_defaults.py "$OUT" "$mode" /root/vllm/site
   echo "== $name rc=$? in $(( $(date +%s) - start )) s"
