@@ -6,6 +6,7 @@ one way a call, and measured with the bench and verify code the playbooks run on
     python3 tests/gpu/bench_recipe_vs_defaults.py OUTDIR recipe [SITE]     # templates/vllm.j2, the example's settings
     python3 tests/gpu/bench_recipe_vs_defaults.py OUTDIR recipe-no-mtp [SITE]  # the same with llm_drafter: off
     python3 tests/gpu/bench_recipe_vs_defaults.py OUTDIR recipe-mtp [SITE]     # the same with llm_drafter: mtp
+    python3 tests/gpu/bench_recipe_vs_defaults.py OUTDIR recipe-ngram [SITE]   # the same with llm_drafter: ngram
     python3 tests/gpu/bench_recipe_vs_defaults.py OUTDIR designed [SITE]   # the recipe on hand-set weights: verify
     python3 tests/gpu/bench_recipe_vs_defaults.py OUTDIR report A.json B.json ...  # side by side (no GPU)
 
@@ -23,7 +24,9 @@ run's name in its files; default MODE, with the dropped flags), PREFILL
 (2048,8192,32768: the cold prompt sizes; empty: none), REUSE (1; 0: no prompt-reuse row), ADD (flags added to the
 served command, as one JSON list of words), ENGINE (auto: vLLM's own defaults where the bundle holds what they need
 (tests/gpu/carry.sh engine: DeepGEMM's headers and flashinfer), else the trimmed engine; trimmed:
-VLLM_USE_DEEP_GEMM=0 VLLM_USE_FLASHINFER_SAMPLER=0 as before 2026-12-02; served: vLLM's defaults).
+VLLM_USE_DEEP_GEMM=0 VLLM_USE_FLASHINFER_SAMPLER=0 as before 2026-12-02; served: vLLM's defaults), TEMPERATURES (0:
+the decode rows greedy, as bench on a host; e.g. 1.0,0: every decode row at temperature 1.0, then again greedy, on the
+same server; a row records its temperature and, where the engine drafts, vLLM's draft counters over the row).
 
 The recipe runs first put the rendered command through vLLM's own argument parser. The defaults run
 first measures the GPU's copy bandwidth (PyTorch, device to device) for the memory-bandwidth bound.
@@ -66,6 +69,9 @@ BENCH = {"concurrency": env_list("CONCURRENCY", "1,4,16,40,64", int),
 SIDE = env_list("SIDE", "1,16,64", int)
 BUDGET_S = float(os.environ.get("BUDGET_S", "540"))
 DROP = env_list("DROP", "")
+TEMPERATURES = env_list("TEMPERATURES", "0", float)
+SPEC_COUNTERS = {"drafts": "vllm:spec_decode_num_drafts_total", "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+                 "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total"}
 ADD = json.loads(os.environ.get("ADD") or "[]")
 os.makedirs(OUT, exist_ok=True)
 
@@ -303,19 +309,34 @@ def measure(out, name, client, key):
     from ansible_collections.gpuserve.llm.plugins.module_utils import bench
     b = bench.Bench(client, BENCH, log=log)
     b._stream([{"role": "user", "content": "Warm up."}], 8)
-    res = out["bench"] = {"decode": [], "prefill": [], "reuse": None, "options": BENCH}
+    res = out["bench"] = {"decode": [], "prefill": [], "reuse": None, "options": dict(BENCH, temperatures=TEMPERATURES)}
     out["skipped"] = []
     t = time.time()
-    for kind in BENCH["kinds"]:
-        for n in BENCH["concurrency"]:
-            if left() < 30:
-                out["skipped"].append("decode %s x%d" % (kind, n))
-                continue
-            res["decode"].append(b.decode(kind, n))
-            row = res["decode"][-1]
-            log("decode %s x%d: %s tok/s %s, warm-up %s"
-                % (kind, n, row["aggregate_tok_s"], row["range"]["aggregate_tok_s"], row["warmup"]["aggregate_tok_s"]))
-            save(out, name)
+    sampling = dict(bench.GREEDY)
+    for temperature in TEMPERATURES:
+        # bench samples greedily (bench.GREEDY, under every request it sends): here at the row's temperature
+        bench.GREEDY = dict(sampling, temperature=temperature)
+        for kind in BENCH["kinds"]:
+            for n in BENCH["concurrency"]:
+                if left() < 30:
+                    out["skipped"].append("decode %s x%d at temperature %s" % (kind, n, temperature))
+                    continue
+                before = client.metrics()
+                row = b.decode(kind, n)
+                after = client.metrics()
+                row["temperature"] = temperature
+                # vLLM's draft counters over the whole row (its warm-up pass and its timed passes)
+                spec = dict((k, int(engines.prom_total(after, m) - engines.prom_total(before, m)))
+                            for k, m in SPEC_COUNTERS.items())
+                if spec["drafts"] or spec["draft_tokens"]:
+                    spec["acceptance"] = round(spec["accepted_tokens"] / float(max(1, spec["draft_tokens"])), 4)
+                    row["spec_decode_row"] = spec
+                res["decode"].append(row)
+                log("decode %s x%d at temperature %s: %s tok/s %s, warm-up %s, drafts %s"
+                    % (kind, n, temperature, row["aggregate_tok_s"], row["range"]["aggregate_tok_s"],
+                       row["warmup"]["aggregate_tok_s"], row.get("spec_decode_row", "-")))
+                save(out, name)
+    bench.GREEDY = sampling
     if "structured" in BENCH["kinds"] and left() > 20:
         # What a structured reply held (untimed): whether the grammar applied from its first token (a JSON object
         # in content) or the reply went to the reasoning field (a reasoning parser that saw no end of thinking).
@@ -389,7 +410,8 @@ def run(mode):
         env, model, key = {}, FOLDER, ""
     else:
         settings = settings_recipe()
-        settings["llm_drafter"] = {"recipe-no-mtp": "off", "recipe-mtp": "mtp"}.get(mode, settings["llm_drafter"])
+        settings["llm_drafter"] = {"recipe-no-mtp": "off", "recipe-mtp": "mtp", "recipe-ngram": "ngram"}.get(
+            mode, settings["llm_drafter"])
         out["llm_parallel"] = settings["llm_parallel"]
         weights = {"model_dir": DESIGNED if mode == "designed" else FOLDER, "dummy": mode != "designed"}
         with open(os.path.join(ROOT, "templates", "vllm.j2")) as f:

@@ -1,0 +1,89 @@
+# shellcheck shell=bash
+# What the device runs' scripts share (sourced, on the GPU machine): carrying vLLM in parts over calls back to back,
+# unpacking it once a lease, a guarded command, the call's time left, and the JIT caches a full-shape start compiles.
+# Taken from h200-engine-as-served-2026-12-02/run.sh and h200-graphs-ngram-2026-12-03/run.sh, which keep their own
+# copies (they are records). The sourcing script sets:
+#   C   the carried folder of this call (absolute): vllm/ and engine/ parts (tests/gpu/carry.sh vllm engine), and
+#       optionally repo/ (git archive of the commit measured) and jit-cache/ (jit_cache_pack's parts)
+#   T0  the call's start (date +%s); CALL_S: the seconds a call may use (585 unless set)
+# Nothing here changes a GPU setting.
+
+STASH=${STASH:-/root/stash}
+VLLM_DEST=${VLLM_DEST:-/root/vllm}
+
+device_banner() {  # TAG: the machine, the GPU's state, and what an earlier call of this lease left
+  echo "== $(date -u +%FT%TZ) $1: $(nproc) cores, $(uname -r); $(nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem,power.limit,temperature.gpu --format=csv,noheader)"
+  echo "== VLLM_DEEP_GEMM_WARMUP=${VLLM_DEEP_GEMM_WARMUP:-unset}; left from an earlier call: $(find "$STASH" -maxdepth 1 -printf '%f ' 2>/dev/null); vLLM processes: $(pgrep -fc 'vllm.entrypoints' || true); caches: $(jit_cache_sizes)"
+}
+
+stash() {  # copy this call's vLLM and engine parts to STASH (they stay there until the machine goes back)
+  mkdir -p "$STASH/engine"
+  [[ -d $C/vllm ]] && cp "$C"/vllm/* "$STASH/"
+  [[ -d $C/engine ]] && cp "$C"/engine/* "$STASH/engine/"
+  ls -la "$STASH" "$STASH/engine"
+}
+
+unpack_once() {  # REPO: vLLM and the engine part into VLLM_DEST/site, once a lease (unpack_vllm.sh checks and imports)
+  local start
+  [[ -f $VLLM_DEST/site/vllm/__init__.py ]] && return 0
+  stash
+  start=$(date +%s)
+  ENGINE_DIR=$STASH/engine bash "$1/tests/gpu/unpack_vllm.sh" "$STASH" "$STASH" "$VLLM_DEST" || return 3
+  echo "== vLLM and the engine part unpacked and imported in $(( $(date +%s) - start )) s; nvcc: $(nvcc --version | tail -2 | head -1)"
+}
+
+guarded() {  # LIMIT COMMAND...: in a process group of its own; SIGINT after LIMIT s (the bench scripts stop their vLLM
+  # server on it), then whatever of the group is left (a server not yet stopped) is killed by the group's id
+  local limit=$1 pgid spid watchdog rc
+  shift
+  rm -f /tmp/guarded.pgid
+  setsid --wait bash -c 'echo $$ > /tmp/guarded.pgid; exec "$@"' guarded "$@" &
+  spid=$!
+  sleep 1
+  pgid=$(cat /tmp/guarded.pgid)
+  ( sleep "$limit"; kill -INT -- "-$pgid" 2>/dev/null; sleep 40; kill -KILL -- "-$pgid" 2>/dev/null ) &
+  watchdog=$!
+  wait "$spid"
+  rc=$?
+  kill "$watchdog" 2>/dev/null
+  kill -- "-$pgid" 2>/dev/null && echo "== killed what was left of process group $pgid" && sleep 5
+  return $rc
+}
+
+left() { echo $(( ${CALL_S:-585} - $(date +%s) + T0 )); }  # seconds left of this call (a call may run 600)
+
+# The JIT caches of a start of the full shape with the engine part (flashinfer's JIT, vLLM's torch.compile cache,
+# DeepGEMM's and Triton's kernels): ~400 s of a first start on a fresh machine (h200-graphs-ngram-2026-12-03).
+JIT_CACHE_DIRS=(/root/.cache/flashinfer /root/.cache/vllm /root/.triton /root/.deep_gemm /root/.cache/deep_gemm
+  /root/.nv/ComputeCache)
+
+jit_cache_sizes() {
+  du -sh "${JIT_CACHE_DIRS[@]}" 2>/dev/null | tr '\n\t' '  '
+}
+
+jit_cache_pack() {  # DEST MAX_MIB: the caches present, tar | xz, in parts of 15 MiB + SHA256SUMS + manifest in DEST;
+  # nothing when the packed caches exceed MAX_MIB (the $OUT of a call takes 64 MiB, 8 files)
+  local dest=$1 max=$2 present=() d size
+  for d in "${JIT_CACHE_DIRS[@]}"; do [[ -d $d ]] && present+=("${d#/}"); done
+  (( ${#present[@]} )) || { echo "== no JIT cache to pack"; return 1; }
+  tar -C / -cf - "${present[@]}" | xz -T0 -6 > /root/jit-cache.tar.xz
+  size=$(stat -c %s /root/jit-cache.tar.xz)
+  echo "== JIT caches ${present[*]}: $(jit_cache_sizes)-> $size bytes packed"
+  if (( size > max * 1048576 )); then
+    echo "== over $max MiB: not packed"
+    return 1
+  fi
+  mkdir -p "$dest"
+  split -b 15M -d /root/jit-cache.tar.xz "$dest/jit-cache-part-"
+  (cd "$dest" && sha256sum jit-cache-part-* > SHA256SUMS)
+  { echo "packed $(date -u +%FT%TZ) on $(uname -r), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+    du -s --block-size=1 "${present[@]/#//}"
+    find "${present[@]/#//}" -type f | sed -n '1,400p'; } > "$dest/jit-cache-manifest"
+  ls -la "$dest"
+}
+
+jit_cache_lay() {  # DIR: lay the caches that jit_cache_pack made (parts in DIR) back where they were, before a start
+  [[ -f $1/SHA256SUMS ]] || return 0
+  (cd "$1" && sha256sum -c --quiet SHA256SUMS && cat jit-cache-part-* | xz -dc | tar -C / -xf -) &&
+    echo "== JIT caches laid down from $1: $(jit_cache_sizes)"
+}
