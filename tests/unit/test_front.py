@@ -79,6 +79,9 @@ def test_the_limits_are_the_settings():
     assert "listen [fd00::7]:9000;" in render(front_listen="[fd00::7]:9000")
     # An engine that does not answer (starting, rolled) is a 503 to the client, not nginx's 502.
     assert "error_page 502 503 504 =503 @unavailable;" in conf
+    # Idle upstream connections end at the front (4 s) before the engine's keep-alive (5 s) closes one under a POST.
+    upstream = re.search(r"upstream gpuserve_upstream \{(.*?)\}", conf, re.S).group(1)
+    assert "keepalive 32;" in upstream and "keepalive_timeout 4s;" in upstream
 
 
 def test_with_tls_the_front_serves_https_only_and_says_so_to_plain_http():
