@@ -54,8 +54,10 @@ left() { echo $(( ${CALL_S:-585} - $(date +%s) + T0 )); }  # seconds left of thi
 
 # The JIT caches of a start of the full shape with the engine part (flashinfer's JIT, vLLM's torch.compile cache,
 # DeepGEMM's and Triton's kernels): ~400 s of a first start on a fresh machine (h200-graphs-ngram-2026-12-03).
+# (vLLM 0.26.0 keeps DeepGEMM's under /root/.cache/vllm/deep_gemm; Inductor's own, with its Triton kernels, in
+# /tmp/torchinductor_root.)
 JIT_CACHE_DIRS=(/root/.cache/flashinfer /root/.cache/vllm /root/.triton /root/.deep_gemm /root/.cache/deep_gemm
-  /root/.nv/ComputeCache)
+  /root/.nv/ComputeCache /tmp/torchinductor_root)
 
 jit_cache_sizes() {
   du -sh "${JIT_CACHE_DIRS[@]}" 2>/dev/null | tr '\n\t' '  '
@@ -82,8 +84,14 @@ jit_cache_pack() {  # DEST MAX_MIB: the caches present, tar | xz, in parts of 15
   ls -la "$dest"
 }
 
-jit_cache_lay() {  # DIR: lay the caches that jit_cache_pack made (parts in DIR) back where they were, before a start
+jit_cache_lay() {  # DIR: lay the caches that jit_cache_pack made (parts in DIR, and any other *.tar.xz of paths
+  # under /, such as 2026-12-03's inductor-cache.tar.xz) back where they were, before a start
+  local t
   [[ -f $1/SHA256SUMS ]] || return 0
-  (cd "$1" && sha256sum -c --quiet SHA256SUMS && cat jit-cache-part-* | xz -dc | tar -C / -xf -) &&
-    echo "== JIT caches laid down from $1: $(jit_cache_sizes)"
+  (cd "$1" && sha256sum -c --quiet SHA256SUMS) || return 1
+  if compgen -G "$1/jit-cache-part-*" > /dev/null; then cat "$1"/jit-cache-part-* | xz -dc | tar -C / -xf - || return 1; fi
+  for t in "$1"/*.tar.xz; do
+    [[ -f $t ]] && { tar -C / -xJf "$t" || return 1; }
+  done
+  echo "== JIT caches laid down from $1: $(jit_cache_sizes)"
 }

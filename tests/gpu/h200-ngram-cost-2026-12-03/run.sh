@@ -15,6 +15,22 @@
 #       of its own (setsid: it outlives the call, not the lease), then follow it until the call's time is spent
 #   f4, f5: CALL=fN bash .../run.sh wait .whl/f3   follow the driver on until it ends or the call's time is spent
 #   f6: CALL=f6 bash .../run.sh cache .whl/f3   the JIT caches the starts compiled, packed into $OUT (device_lib.sh)
+# What ran (report.md; .whl/f3/repo: git archive of db6dceb, this script as committed there), one lease, back to back:
+#   f1, f2, f3 as above; f4: CALL=f4 bash .../run.sh wait .   (no carry: the driver ended in it)
+#   f5: CALL=f5 bash .../run.sh cache .; du -sh /root/.cache/* /tmp/torchinductor_root 2>/dev/null
+#   f6 (the ngram server started again, temperature 1.0 only; then Inductor's cache, which jit_cache_pack left out):
+#     export CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1 VLLM_DEEP_GEMM_WARMUP=skip;
+#     mkdir -p /root/work/out6; cd /root/repo && NAME=full-ngram-t1-again BUDGET_S=420 LAYERS=46 KINDS=prose
+#     CONCURRENCY=1,16,40 REPEATS=3 SIDE='' PREFILL='' REUSE=0 HEALTH_TIMEOUT=330 DROP=--kv-cache-memory-bytes
+#     TEMPERATURES=1.0 timeout -s INT 480 python3 tests/gpu/bench_recipe_vs_defaults.py /root/work/out6 recipe-ngram
+#     /root/vllm/site 2>&1 | tee $OUT/device-f6.log; echo "rc=$? vLLM processes left: $(pgrep -fc vllm.entrypoints)";
+#     for f in /root/work/out6/*; do tr '\r' '\n' < $f > $OUT/$(basename $f); done; grep -i "SpecDecoding
+#     metrics\|Graph capturing finished\|compil\|JIT" $OUT/vllm-full-ngram-t1-again.log | cut -c1-300 | tail -25;
+#     tar -C / -cf - tmp/torchinductor_root | xz -T0 -6 > $OUT/inductor-cache.tar.xz; ls -la $OUT
+#   f7 (the no-drafter server again, temperature 1.0 only): as f6 with out7, NAME=full-off-t1-again BUDGET_S=330
+#     HEALTH_TIMEOUT=250, timeout -s INT 380, mode recipe-no-mtp, device-f7.log, then: sleep 3; echo "vLLM servers
+#     left: $(pgrep -c -f 'm vllm.entrypoints.cli.main')"; the same copy; grep -i "Graph capturing finished\|jit_monitor"
+#   (the process counts printed by f6 and f7 count their own command lines, which hold the pattern)
 # A start of the full shape on a fresh machine takes longer than a call may run (406 s unhealthy on 2026-12-03, during
 # flashinfer's JIT and CUDA-graph capture): the driver, not a call, waits for it (HEALTH_TIMEOUT=1100).
 # The driver: one server start a command, every row of it on that start, each row a warm-up pass at its own shape and
