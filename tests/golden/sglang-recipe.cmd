@@ -11,7 +11,6 @@ sh -c 'exec python3 -m sglang.launch_server "$@" --api-key "$GPUSERVE_API_KEY"' 
   --context-length 131072 \
   --kv-cache-dtype fp8_e4m3 \
   --mem-fraction-static 0.9215 \
-  --speculative-algorithm NGRAM \
   --tool-call-parser glm45 \
   --reasoning-parser glm45 \
   --grammar-backend xgrammar \

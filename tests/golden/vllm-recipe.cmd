@@ -12,7 +12,6 @@ vllm serve /models/zai-org/GLM-4.6V-FP8 \
   --gpu-memory-utilization 0.9215 \
   --kv-cache-memory-bytes 64424509440 \
   --enable-prefix-caching \
-  --speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}' \
   --enable-auto-tool-choice \
   --tool-call-parser glm45 \
   --reasoning-parser glm45 \

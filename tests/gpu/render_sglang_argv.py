@@ -30,7 +30,7 @@ RECIPE.update(llm_engine="sglang", llm_media_urls="any", llm_kv_cap_gib=0, llm_t
 VARIANTS = {
     "recipe": ({}, "vision"),
     "drafter-mtp": ({"llm_vision": False, "llm_drafter": "mtp"}, "text"),
-    "drafter-off": ({"llm_drafter": "off"}, "vision"),
+    "drafter-ngram": ({"llm_drafter": "ngram"}, "vision"),
     "drafter-model": ({"llm_drafter": "org/draft-model"}, "vision"),
     "text-model": ({"llm_vision": False}, "text"),
     "bf16-kv": ({"llm_kv": "bf16"}, "vision"),

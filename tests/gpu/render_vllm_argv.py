@@ -25,7 +25,7 @@ VARIANTS = {
     "recipe": {},
     # MTP drafting for a text model (vLLM 0.26.0 has none for GLM-4.6V's vision model)
     "recipe-text-model": {"llm_vision": False, "llm_drafter": "mtp"},
-    "drafter-off": {"llm_drafter": "off"},
+    "drafter-ngram": {"llm_drafter": "ngram"},
     "drafter-model": {"llm_drafter": "org/draft-model"},
     "thinking-on": {"llm_thinking": True},
     "bf16-kv-no-cap": {"llm_kv": "bf16", "llm_kv_cap_gib": 0},
