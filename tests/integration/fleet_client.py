@@ -30,6 +30,7 @@ tests/fixtures/vllm-router-0.1.17/README.md (sections 5 and 6).
 # pylint: disable=too-many-arguments,too-many-positional-arguments
 import http.client
 import json
+import ssl
 import threading
 import time
 import urllib.parse
@@ -53,11 +54,29 @@ VOCABULARY = (
 ).split()
 
 
+# The CA an https:// front is verified with (trust()); None: the system's.
+_TRUSTED = {"context": None}
+
+
+def trust(cafile):
+    """Verify https:// fronts with this CA (the collection's, llm_tls) from now on; returns the SSL context."""
+    _TRUSTED["context"] = ssl.create_default_context(cafile=cafile)
+    return _TRUSTED["context"]
+
+
+def tls_context():
+    """The SSL context trust() made (None before): for the test's own urllib and http.client calls."""
+    return _TRUSTED["context"]
+
+
 def _connection(base_url, timeout):
     """An HTTP(S) connection to base_url's host and the path prefix to put before the API paths."""
     parts = urllib.parse.urlsplit(base_url)
-    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    return cls(parts.hostname, parts.port, timeout=timeout), parts.path.rstrip("/")
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout, context=_TRUSTED["context"])
+    else:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    return conn, parts.path.rstrip("/")
 
 
 def _headers(api_key):
@@ -327,14 +346,15 @@ def _first_message(conv, words, tag):
 
 # pylint: disable-next=too-many-locals
 def multiturn(router_base, engine_bases, api_key, model, conversations=4, turns=3, words=60, *,
-              tag=None, max_tokens=16, timeout=120):
+              tag=None, max_tokens=16, timeout=120, engine_key=None):
     """Conversations through the router, round by round, one request at a time.
 
     Turn 1 of every conversation, then turn 2 of each, ...; each request resends the whole
     conversation (user messages and assistant replies) plus a new user message, not streamed.
     The serving engine is the one whose SERVED_COUNTERS grew across the request (nothing else may
     use the engines meanwhile); exactly one must, else RuntimeError. `tag` (default: new per call)
-    starts every first message, so a run does not hit the prompt cache of an earlier run.
+    starts every first message, so a run does not hit the prompt cache of an earlier run. `engine_key`:
+    the key the engines' /metrics take when it is not the client's (a front with client keys).
 
     Returns {"served": {conv: [engine index per turn]}, "cached": cached prompt tokens of turns 2+
     (usage.prompt_tokens_details.cached_tokens), "prompt": usage.prompt_tokens of turns 2+,
@@ -350,12 +370,12 @@ def multiturn(router_base, engine_bases, api_key, model, conversations=4, turns=
             content = (_first_message(conv, words, tag) if turn == 0
                        else f"Turn {turn + 1} of conversation {conv}: and then what happened?")
             history[conv].append({"role": "user", "content": content})
-            before = [engine_counters(base, api_key) for base in engine_bases]
+            before = [engine_counters(base, engine_key or api_key) for base in engine_bases]
             reply = json.loads(_request_json(
                 router_base, api_key, "POST", CHAT_PATH,
                 {"model": model, "messages": history[conv], "max_tokens": max_tokens},
                 timeout=timeout))
-            after = [engine_counters(base, api_key) for base in engine_bases]
+            after = [engine_counters(base, engine_key or api_key) for base in engine_bases]
             grown = [index for index, (old, new) in enumerate(zip(before, after)) if new != old]
             if len(grown) != 1:
                 raise RuntimeError(f"conversation {conv} turn {turn + 1}: engines {grown} grew, "

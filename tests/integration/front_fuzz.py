@@ -76,10 +76,14 @@ def variants(worker="http://127.0.0.1:1"):
     return sorted(set(found))
 
 
-def send(base, method, path, key, timeout=30):
-    """The request as given, path not normalised by the client; its status (None: the connection was closed)."""
-    host, port = urllib.parse.urlsplit(base).hostname, urllib.parse.urlsplit(base).port
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+def send(base, method, path, key, timeout=30, context=None):
+    """The request as given, path not normalised by the client; its status (None: the connection was closed).
+    An https:// base is verified with `context` (the front's CA)."""
+    parts = urllib.parse.urlsplit(base)
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout, context=context)
+    else:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
         body = b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}'
         headers = {"Content-Type": "application/json", "Authorization": "Bearer " + key}

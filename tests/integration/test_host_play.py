@@ -19,7 +19,8 @@ Then the same three hosts are the SSH fleet behind one router (issues 24 and 25)
 mended, hosts that differ (issue 38 item 1: the weights from the stand-in hub on two, fetched once and copied
 over rsync, burn-in weights on the third), the llama.cpp image built on one host and carried through the
 workstation to the others, llama.cpp tuned once per model, vllm-router behind its
-nginx front on `good`, each engine on its host's nvidia runtime, a data-root move under a foreign container refused
+nginx front on `good` (HTTPS there: llm_tls on that host alone), client keys at every front, each engine on its
+host's nvidia runtime, a data-root move under a foreign container refused
 (E_DOCKER_RESTART naming it), and what the router must do: every host served, the admin paths refused, a host
 stopped or failed left out, the policies by mechanism, a roll under load with and without the drain; and
 the whole life of the fleet with its secrets (the API key from Ansible Vault, every run at -vvv, the
@@ -49,7 +50,7 @@ import yaml
 from ansible_collections.gpuserve.llm.plugins.module_utils import engines as engine_profiles
 from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_total
 import front_fuzz
-from fleet_client import HeldOnLeave, StreamLoad, multiturn, one_host_per_conversation, share
+from fleet_client import HeldOnLeave, StreamLoad, multiturn, one_host_per_conversation, share, tls_context, trust
 from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, files_text, find_secrets, host_requirements,
                       vaulted, vaulted_dict)
 from ssh_hosts import SSHHosts
@@ -342,19 +343,21 @@ FLEET_KEY = "sk-fleet-%d-vaulted" % os.getpid()
 NEW_KEY, WRONG_KEY = "sk-fleet-%d-rotated" % os.getpid(), "sk-fleet-wrong-key-0042"
 # Client keys (llm_client_keys), from Vault: checked at the fronts, never given to an engine.
 CI_KEY, CLIENT_KEY = "sk-client-ci-%d-vaulted" % os.getpid(), "sk-client-new-%d-vaulted" % os.getpid()
+OLD_KEY = "sk-client-old-%d-vaulted" % os.getpid()
 WRONG_TOKEN = "hf_refused_fleet_token_0042"
 NO_ENGINE = "gpuserve-test/no-engine:1"
 
 
 def call(method, url, key=None, body=None, timeout=30):
-    """(status, text) of one request; (None, the error) when nothing answers."""
+    """(status, text) of one request; (None, the error) when nothing answers. An https:// front is verified
+    with the collection's CA (fleet_client.trust)."""
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = "Bearer " + key
     request = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
                                      headers=headers, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
+        with urllib.request.urlopen(request, timeout=timeout, context=tls_context()) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -387,26 +390,31 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     """The three hosts over SSH, each with its own Docker daemon, behind one router (vllm-router behind an
     nginx front, on `good`): the two refused above mended, site.yml brings all three LIVE - two on the hub's
     weights (one fetching, the other copying from it), badkey on burn-in weights - and the fleet endpoint LIVE
-    (3 of 3), each host saying where its weights, its image and its tuning came from; requests through it reach
-    every host and the client's key reaches the engines; the router's admin paths are refused on the public
-    port; a host stopped leaves the router first and the router serves on; a rerun changes nothing and --check
-    changes nothing; a roll under load fails no request with the drain and fails some without it (the control);
-    cache_aware keeps a conversation on one host where round_robin spreads it; stop.yml on every host takes the
-    router down too, remove.yml removes it.
+    (3 of 3), each host saying where its weights, its image and its tuning came from; the router host's two
+    fronts on HTTPS by the collection's CA (llm_tls on that host alone); requests through it reach every host;
+    the fronts take client keys (llm_client_keys) and put the engines' own key in their place, one key added
+    and one revoked under a stream with no engine restarted; the router's admin paths are refused on the
+    public port; a host stopped leaves the router first and the router serves on; a rerun changes nothing and
+    --check changes nothing; a roll under load fails no request with the drain and fails some without it (the
+    control); cache_aware keeps a conversation on one host where round_robin spreads it; stop.yml on every host
+    takes the router down too, remove.yml removes it.
 
-    And the whole life of the fleet with its secrets: the hub token, the API key from Ansible Vault, every
-    run at -vvv, the failure paths (a refused token: E_AUTH; a wrong key: E_ENDPOINT; an engine that fails
-    its health gate: E_HEALTH, the old one started again), a stop keeping the log and what the engine was
-    started with, a restart with a new key; then every form of every secret is looked for in Ansible's
-    output, every file the runs wrote on the workstation and on the hosts, and every container's inspect
-    output but the engine's environment (the one place the key must be)."""
+    And the whole life of the fleet with its secrets: the hub token, the API key and the client keys from
+    Ansible Vault, every run at -vvv, the failure paths (a refused token: E_AUTH; a wrong client key:
+    E_ENDPOINT; an engine that fails its health gate: E_HEALTH, the old one started again), a stop keeping the
+    log and what the engine was started with, a restart with a new key; then every form of every secret is
+    looked for in Ansible's output, every file the runs wrote on the workstation and on the hosts, and every
+    container's inspect output but the engine's environment (the one place the key must be)."""
     started = time.monotonic()
     mirror, fpr = apt_repo
     short = bare_hosts.short
     good, badjson, badkey = short["good"], short["badjson"], short["badkey"]
     write_in(docker_host, badjson, "cat > /etc/docker/daemon.json", json.dumps(FOREIGN_JSON))  # the admin mends it
-    # Each host's front on llm_port; its engine on loopback at llm_port + 10000 (the router's workers).
-    fronts = dict((short[k], "http://127.0.0.1:%d" % p) for k, p in ENGINE_PORTS.items())
+    # Each host's front on llm_port; its engine on loopback at llm_port + 10000 (the router's workers). The router
+    # host's fronts (its engine's and the fleet's) serve HTTPS with the collection's CA (llm_tls on good alone: a
+    # fleet whose hosts differ); the other two plain HTTP.
+    fronts = dict((short[k], "%s://127.0.0.1:%d" % ("https" if k == "good" else "http", p))
+                  for k, p in ENGINE_PORTS.items())
     engines = dict((short[k], "http://127.0.0.1:%d" % (p + 10000)) for k, p in ENGINE_PORTS.items())
 
     def inventory(**badkey_vars):
@@ -415,11 +423,15 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         (issue 38 item 1)."""
         each = dict((short[k], {"llm_port": p}) for k, p in ENGINE_PORTS.items())
         each[badkey].update(BURN_IN, **badkey_vars)
-        return HostFleet(tmp_path, docker_host, bare_hosts, mirror, fpr, each=each, args=["-vvv"] + vault,
+        each[good].update(llm_tls=True)
+        return HostFleet(tmp_path, docker_host, bare_hosts, mirror, fpr, each=each, args=["-vvv"] + vault + client,
                          runs=runs, **fleet_vars)
 
     runs = []
+    # The engines' (internal) key and the client keys (issue 36), both from Vault: the fronts check a client's key
+    # and put the internal key in its place; no client holds the internal key.
     vault = vaulted(tmp_path, "llm_api_key", FLEET_KEY)
+    client = vaulted_dict(tmp_path, "keys-ci-old.yml", "llm_client_keys", {"ci": CI_KEY, "old": OLD_KEY})
 
     # Weights from the stand-in hub on good and badjson (one download, the other over rsync), burn-in weights on
     # badkey; llama-bench's grid kept small. The image built on one host, saved, carried through the workstation
@@ -443,9 +455,12 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         bench_concurrency=[1, 3], bench_kinds=["prose"], bench_reply_tokens=16, bench_prefill_sizes=[256],
         bench_reuse_turns=2, bench_reuse_tokens=256, bench_repeats=1, bench_warmup=False, bench_progress_interval=5)
     fleet = inventory()
-    front = "http://127.0.0.1:%d" % ROUTER_PORT
+    front = "https://127.0.0.1:%d" % ROUTER_PORT
+    # Batches of one host (service_serial's 25 % of three) are the roll's business (the roll under load below):
+    # the runs that start the fleet or change no serving engine take the service play in one batch.
+    one_batch = ["-e", "service_serial=100%"]
 
-    def chat(key=FLEET_KEY, tokens=8):
+    def chat(key=CI_KEY, tokens=8):
         return call("POST", front + "/v1/chat/completions", key,
                     {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": tokens})
 
@@ -455,7 +470,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert refused.says("the token given (llm_hf_token) was refused"), refused
     assert hub.file_bytes() == 0
 
-    live = fleet.run()
+    live = fleet.run(*one_batch)
     assert live.rc == 0, live
     for name in (good, badjson):
         assert live.says("acme/tiny-chat-GGUF is now LIVE! on port %s" % fronts[name].rsplit(":", 1)[1]), (name, live)
@@ -486,8 +501,19 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     sources = re.findall(r"takes (\S+) from (\S+)", live.output)
     tuned = set(re.findall(r"\btunes ([0-9a-f]{16}) \(", flat))
     assert len(sources) == 1 and sources[0][1] == seed and len(tuned) == 2 and sources[0][0] in tuned, (sources, tuned)
-    assert live.says("fleet endpoint http://127.0.0.1:%d/v1 is now LIVE (3 of 3 hosts)" % ROUTER_PORT), live
+    assert live.says("fleet endpoint https://127.0.0.1:%d/v1 is now LIVE (3 of 3 hosts)" % ROUTER_PORT), live
     assert router_workers() == sorted(engines.values())
+    # TLS at the router host's two fronts, by the CA the run made on the workstation: a client that trusts it
+    # gets in, one that does not is refused at the handshake, plain HTTP is refused; the others serve plain HTTP.
+    ca = tmp_path / ".gpuserve" / "tls" / "ca.crt"
+    assert live.says("TLS by the collection's CA (clients trust %s), plain HTTP refused" % ca), live
+    assert live.says("2 client key(s)") and not live.says("W_SHARED_KEY"), live
+    assert call("GET", front + "/health")[0] is None  # the system's CAs do not know the collection's
+    trust(str(ca))
+    assert call("GET", front + "/health")[0] == 200 and call("GET", fronts[good] + "/health")[0] == 200
+    plain = call("GET", "http://127.0.0.1:%d/v1/models" % ROUTER_PORT, CI_KEY)
+    assert plain[0] == 400 and "use https://" in plain[1], plain
+    assert call("GET", fronts[badjson] + "/v1/models", CI_KEY)[0] == 200
     # Each engine runs on its host's own daemon through the nvidia runtime the host stage registered.
     for name in engines:
         engine = json.loads(sh(docker_host, name, "docker inspect $(docker ps -q --filter label=gpuserve.llm.service)")
@@ -513,11 +539,14 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert sh(docker_host, good, "docker rm -f foreign-job").returncode == 0
     assert router_workers() == sorted(engines.values())
 
-    # Through the router: every host serves (round_robin), the client's key is what the engines check.
+    # Through the router: every host serves (round_robin); the fronts check the client keys, and the internal key
+    # the engines hold is no client's.
     before = dict((n, _served(u)) for n, u in engines.items())
     assert [chat()[0] for _request in range(6)] == [200] * 6
     assert all(_served(u) > before[n] for n, u in engines.items()), (before, engines)
-    assert chat(key=None)[0] == 401 and chat(key="sk-wrong")[0] == 401
+    assert chat(key=None)[0] == 401 and chat(key="sk-wrong")[0] == 401 and chat(key=FLEET_KEY)[0] == 401
+    assert call("GET", fronts[good] + "/v1/models", CI_KEY)[0] == 200
+    assert call("GET", fronts[good] + "/v1/models", FLEET_KEY)[0] == 401
     # /v1/responses: vllm-router 0.1.17 sends no client header on it, only its own key (the internal key, from
     # its environment): straight at the router with no key, the engine is reached past its key check (llama-server
     # 0.7.0 serves no /v1/responses: 404, where a request without the key is 401).
@@ -531,17 +560,6 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert router_workers() == sorted(engines.values())
     assert call("GET", front + "/health")[0] == 200
 
-    # Named client keys (issue 36): a front reload (--tags front), no engine restarts. The internal key is
-    # then no client's; a key added under load fails no request; a revoked key is refused at once.
-    serving = dict((n, sh(docker_host, n, "docker ps -q --filter label=gpuserve.llm.service").stdout.split())
-                   for n in engines)
-    named = fleet.run("--tags", "front", *vaulted_dict(tmp_path, "keys-ci.yml", "llm_client_keys", {"ci": CI_KEY}))
-    assert named.rc == 0 and named.says("1 client key(s)") and named.says("reloaded"), named
-    assert not named.says("W_SHARED_KEY"), named
-    assert chat(key=CI_KEY)[0] == 200 and chat(key=FLEET_KEY)[0] == 401
-    assert call("GET", fronts[good] + "/v1/models", CI_KEY)[0] == 200
-    assert call("GET", fronts[good] + "/v1/models", FLEET_KEY)[0] == 401
-
     # The generated requests, through good's front and the fleet's, with a valid client key: judged by what
     # arrived - the router's own counters and workers, the engines' counters, the fronts' upstream logs.
     routed_before, served_before = _router_requests(), dict((n, _served(u)) for n, u in engines.items())
@@ -553,7 +571,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     statuses = collections.Counter()
     for base in (fronts[good], front):
         for method, path in tried:
-            statuses[front_fuzz.send(base, method, path, CI_KEY)] += 1
+            statuses[front_fuzz.send(base, method, path, CI_KEY, context=tls_context())] += 1
     assert sum(statuses.values()) == 2 * len(tried) >= 1000 and not [s for s in statuses if s is None or s >= 500], \
         statuses
     assert _router_requests() == routed_before, (routed_before, _router_requests())
@@ -570,7 +588,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
           "an engine" % (2 * len(tried), dict(statuses)))
     # Other spellings of an allowed route reach the engine as exactly that route's path.
     for path, route in front_fuzz.EQUIVALENT.items():
-        assert front_fuzz.send(fronts[good], "POST", path, CI_KEY) == 200, path
+        assert front_fuzz.send(fronts[good], "POST", path, CI_KEY, context=tls_context()) == 200, path
     text = sh(docker_host, good, "docker logs gpuserve-llm-front 2>&1 | tail -n %d" % len(front_fuzz.EQUIVALENT)).stdout
     assert [(m, sent) for m, _asked, _status, sent in front_fuzz.forwarded(text)] == \
         [("POST", route) for route in front_fuzz.EQUIVALENT.values()], text
@@ -583,25 +601,26 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     limited = [_status_and_retry(fronts[good] + "/v1/models", CI_KEY) for _request in range(80)]
     assert (429, "1") in limited and (200, None) in limited, collections.Counter(limited)
 
-    # A second key added while a client streams through the fleet's front with the first: a reload, none failed.
+    # Client keys changed while a client streams through the fleet's front (issue 36): `new` added and `old`
+    # revoked in one front reload (--tags front), no engine restarted, no request failed; the revoked key is
+    # refused at once, the added one taken.
+    serving = dict((n, sh(docker_host, n, "docker ps -q --filter label=gpuserve.llm.service").stdout.split())
+                   for n in engines)
+    assert chat(key=OLD_KEY)[0] == 200 and chat(key=CLIENT_KEY)[0] == 401
+    client = vaulted_dict(tmp_path, "keys-ci-new.yml", "llm_client_keys", {"ci": CI_KEY, "new": CLIENT_KEY})
     with StreamLoad(front, CI_KEY, "tiny", concurrency=1, max_tokens=400) as load:
         time.sleep(2)
-        added = fleet.run("--tags", "front", *vaulted_dict(tmp_path, "keys-ci-new.yml", "llm_client_keys",
-                                                           {"ci": CI_KEY, "new": CLIENT_KEY}))
+        rekeyed = fleet.run("--tags", "front", *client)
         time.sleep(1)
     streamed = load.counts()
-    assert added.rc == 0 and added.says("2 client key(s)"), added
+    fleet = inventory()  # the new keys from here on
+    assert rekeyed.rc == 0 and rekeyed.says("2 client key(s)") and rekeyed.says("reloaded"), rekeyed
     assert streamed["failed"] == 0 and streamed["completed"] > 0, streamed
-    assert chat(key=CLIENT_KEY)[0] == 200 and chat(key=CI_KEY)[0] == 200
-    revoked = fleet.run("--tags", "front", *vaulted_dict(tmp_path, "keys-new.yml", "llm_client_keys",
-                                                         {"new": CLIENT_KEY}))
-    assert revoked.rc == 0 and chat(key=CI_KEY)[0] == 401 and chat(key=CLIENT_KEY)[0] == 200, revoked
+    assert chat(key=CLIENT_KEY)[0] == 200 and chat(key=CI_KEY)[0] == 200 and chat(key=OLD_KEY)[0] == 401
+    assert call("GET", fronts[badkey] + "/v1/models", OLD_KEY)[0] == 401
     assert dict((n, sh(docker_host, n, "docker ps -q --filter label=gpuserve.llm.service").stdout.split())
                 for n in engines) == serving  # no engine was restarted
-    # Back to the shared key for the rest of the fleet's story (the inventory names no client keys).
-    shared = fleet.run("--tags", "front")
-    assert shared.rc == 0 and shared.says("W_SHARED_KEY") and chat()[0] == 200 and chat(key=CLIENT_KEY)[0] == 401
-    print("client keys: added under a stream (%s), revoked, no engine restarted" % streamed)
+    print("client keys: one added and one revoked under a stream (%s), no engine restarted" % streamed)
 
     # verify and bench on each host, then once more through the fleet endpoint: reports/fleet/.
     verified = fleet.run(playbook="playbooks/verify.yml")
@@ -626,9 +645,9 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert "vllm_router_" in call("GET", "http://127.0.0.1:%d/metrics" % ROUTER_METRICS)[1]
 
     # A rerun changes nothing on any host; --check says nothing would change.
-    again = fleet.run()
+    again = fleet.run(*one_batch)
     assert again.rc == 0 and all(again.recap[h]["changed"] == 0 for h in engines), again
-    check = fleet.run("--check")
+    check = fleet.run("--check", *one_batch)
     assert check.rc == 0 and all(check.recap[h]["changed"] == 0 for h in engines), check
     # Bad router settings stop the router host at validation, each with its code, before anything changes.
     refused = fleet.run("--limit", good, "-e", "router_port=%d" % PORT, "-e", "router_policy=fastest")
@@ -642,7 +661,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert router_workers() == sorted(engines.values()) and chat()[0] == 200
 
     # An engine that fails its health gate (an image with no engine in it, put on badkey's daemon by hand):
-    # E_HEALTH, the old engine started again and back in the router. A wrong key fails verify: E_ENDPOINT.
+    # E_HEALTH, the old engine started again and back in the router. A wrong client key fails verify: E_ENDPOINT.
     assert sh(docker_host, badkey, "mkdir -p /tmp/no-engine/etc && touch /tmp/no-engine/etc/broken && "
               "tar -C /tmp/no-engine -cf - etc | docker import - %s" % NO_ENGINE).returncode == 0
     serving = _service(docker_host, badkey)
@@ -652,7 +671,8 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert _service(docker_host, badkey) == serving  # the same container serves; the failed one is gone
     assert call("GET", engines[badkey] + "/health")[0] == 200
     assert router_workers() == sorted(engines.values()), broken
-    wrong = fleet.run("--limit", badkey, "-e", "llm_api_key=" + WRONG_KEY, playbook="playbooks/verify.yml")
+    wrong = fleet.run("--limit", badkey, *vaulted_dict(tmp_path, "keys-wrong.yml", "llm_client_keys", {"ci": WRONG_KEY}),
+                      playbook="playbooks/verify.yml")
     assert wrong.rc != 0 and wrong.says("E_ENDPOINT"), wrong
     rerun_s = time.monotonic() - started - live_s
 
@@ -674,7 +694,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
 
     # Routing by mechanism: a multi-turn workload over the two hosts under round_robin, then cache_aware.
     # The policy's change comes with a run where the stopped host fails its preflight: it stays out.
-    keys = dict(api_key=FLEET_KEY, model="tiny", conversations=3, turns=3)
+    keys = dict(api_key=CI_KEY, engine_key=FLEET_KEY, model="tiny", conversations=3, turns=3)
     two = [u for n, u in engines.items() if n != badkey]
     spread = multiturn(front, two, **keys)
     # Restarted after the stop with a new key: a new container in the other slot, the stopped one not left
@@ -685,7 +705,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert len(after) == 1 and after[0][1] and after[0][0] != before[0][0] and after[0][2] == before[0][2], after
     assert call("GET", engines[badkey] + "/v1/models", NEW_KEY)[0] == 200
     assert call("GET", engines[badkey] + "/v1/models", FLEET_KEY)[0] == 401
-    policy = inventory(preflight_min_free_mib=10 ** 9).run("-e", "router_policy=cache_aware")
+    policy = inventory(preflight_min_free_mib=10 ** 9).run("-e", "router_policy=cache_aware", *one_batch)
     assert policy.rc != 0 and policy.recap[badkey]["failed"] == 1, policy
     # The SSH hosts have no sysfs device for the replayed GPU: the IOMMU check says it was not made.
     assert policy.codes(badkey) == ["E_GPU_MEMORY", "W_CHECK_SKIPPED"], policy
@@ -704,10 +724,9 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # A roll under load: a changed setting (the context) makes new containers, one host at a time; the
     # stopped host comes back in, its engine (started with NEW_KEY above) drained with its own key. Streams held
     # open on the host being rolled (issue 38 item 6): when the first host leaves the router, four 1,500-token
-    # streams go to its own front (its key: the shared one), and its drain must count them and wait for them.
-    held = HeldOnLeave(router_workers, engines, fronts,
-                       dict((n, NEW_KEY if n == badkey else FLEET_KEY) for n in engines))
-    with StreamLoad(front, FLEET_KEY, "tiny", concurrency=1, max_tokens=800) as load:
+    # streams go to its own front (a client key), and its drain must count them and wait for them.
+    held = HeldOnLeave(router_workers, engines, fronts, dict((n, CI_KEY) for n in engines))
+    with StreamLoad(front, CI_KEY, "tiny", concurrency=1, max_tokens=800) as load:
         held.start()
         time.sleep(2)
         roll = fleet.run("-e", "llm_context=3072", "-e", "router_policy=cache_aware")
@@ -730,7 +749,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert router_workers() == sorted(engines.values())
     # The control: one host restarted without the drain (it does not leave the router) under a load of streams at
     # its own front: the ones in flight when its engine stops are cut.
-    with StreamLoad(fronts[badjson], FLEET_KEY, "tiny", concurrency=2, max_tokens=800) as load:
+    with StreamLoad(fronts[badjson], CI_KEY, "tiny", concurrency=2, max_tokens=800) as load:
         time.sleep(2)
         control = fleet.run("--limit", badjson, "-e", "llm_context=3072", "-e", "router_drain=false",
                             "-e", "router_policy=cache_aware", playbook="playbooks/restart.yml")
@@ -771,13 +790,13 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
 
     secrets = {"llm_api_key": FLEET_KEY, "llm_api_key (rotated)": NEW_KEY, "llm_hf_token": TOKEN,
                "a wrong key": WRONG_KEY, "a refused token": WRONG_TOKEN, "client key ci": CI_KEY,
-               "client key new": CLIENT_KEY}
+               "client key new": CLIENT_KEY, "client key old": OLD_KEY}
     places = dict(("output of %d: %s" % (i, name), result.output) for i, (name, result) in enumerate(runs))
     places.update(inspected)
     # Every file the runs wrote: the workstation's logs/, reports/ and caches (but the inputs the user
     # gave), and on each host the collection's folders, the users' homes, /tmp and the logs.
-    inputs = set(str(tmp_path / n) for n in ("hosts.yml", "vaulted.yml", "vault-password", "keys-ci.yml",
-                                             "keys-ci-new.yml", "keys-new.yml"))
+    inputs = set(str(tmp_path / n) for n in ("hosts.yml", "vaulted.yml", "vault-password", "keys-ci-old.yml",
+                                             "keys-ci-new.yml", "keys-wrong.yml"))
     places.update((path, text) for path, text in files_text(tmp_path).items() if path not in inputs)
     for name in engines:
         places.update(host_files_text(docker_host, name, ["/var/lib/gpuserve", "/opt/gpuserve", "/home", "/root",
@@ -809,7 +828,7 @@ def _status_and_retry(url, key):
     """(status, its Retry-After header or None) of one GET."""
     request = urllib.request.Request(url, headers={"Authorization": "Bearer " + key})
     try:
-        with urllib.request.urlopen(request, timeout=30) as r:
+        with urllib.request.urlopen(request, timeout=30, context=tls_context()) as r:
             return r.status, r.headers.get("Retry-After")
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("Retry-After")

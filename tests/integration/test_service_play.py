@@ -125,6 +125,8 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
     assert first.says("warm-up in ") and first.says("; 4 streams ") and first.says("-token prompt "), first
     assert first.output.index("Warm the engine at the concurrencies") < first.output.index("is now LIVE! on port")
     assert API_KEY not in first.output
+    # No client keys (llm_client_keys): clients hold the engine's key, and the front says so.
+    assert first.says("W_SHARED_KEY [warning] cpu1 %s-front: llm_client_keys is empty" % prefix), first
     url = "http://127.0.0.1:18130"  # the front; the engine listens on 127.0.0.1:28130 (llm_port + 10000)
     assert get(url + "/v1/models")["data"][0]["id"] == "tiny"
     with pytest.raises(urllib.error.HTTPError) as denied:
