@@ -64,6 +64,11 @@ def trust(cafile):
     return _TRUSTED["context"]
 
 
+def untrust():
+    """Back to the system's CAs (the end of a test that called trust())."""
+    _TRUSTED["context"] = None
+
+
 def tls_context():
     """The SSL context trust() made (None before): for the test's own urllib and http.client calls."""
     return _TRUSTED["context"]

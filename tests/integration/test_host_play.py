@@ -50,7 +50,7 @@ import yaml
 from ansible_collections.gpuserve.llm.plugins.module_utils import engines as engine_profiles
 from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_total
 import front_fuzz
-from fleet_client import HeldOnLeave, StreamLoad, multiturn, one_host_per_conversation, share, tls_context, trust
+from fleet_client import HeldOnLeave, StreamLoad, multiturn, one_host_per_conversation, share, tls_context, trust, untrust
 from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, files_text, find_secrets, host_requirements,
                       vaulted, vaulted_dict)
 from ssh_hosts import SSHHosts
@@ -386,7 +386,14 @@ def host_files_text(docker_host, host, paths):
     return out
 
 
-def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_host, tmp_path):
+@pytest.fixture
+def trusting():
+    """The test's clients trust the collection's CA once it calls trust(); the system's CAs again after it."""
+    yield trust
+    untrust()
+
+
+def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_host, tmp_path, trusting):
     """The three hosts over SSH, each with its own Docker daemon, behind one router (vllm-router behind an
     nginx front, on `good`): the two refused above mended, site.yml brings all three LIVE - two on the hub's
     weights (one fetching, the other copying from it), badkey on burn-in weights - and the fleet endpoint LIVE
@@ -456,8 +463,8 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         bench_reuse_turns=2, bench_reuse_tokens=256, bench_repeats=1, bench_warmup=False, bench_progress_interval=5)
     fleet = inventory()
     front = "https://127.0.0.1:%d" % ROUTER_PORT
-    # Batches of one host (service_serial's 25 % of three) are the roll's business (the roll under load below):
-    # the runs that start the fleet or change no serving engine take the service play in one batch.
+    # Batches of one host (service_serial's 25 % of three) are the roll's and the rerun's (below): the runs that
+    # start the fleet, --check and the preflight failure take the service play in one batch.
     one_batch = ["-e", "service_serial=100%"]
 
     def chat(key=CI_KEY, tokens=8):
@@ -508,8 +515,9 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     ca = tmp_path / ".gpuserve" / "tls" / "ca.crt"
     assert live.says("TLS by the collection's CA (clients trust %s), plain HTTP refused" % ca), live
     assert live.says("2 client key(s)") and not live.says("W_SHARED_KEY"), live
-    assert call("GET", front + "/health")[0] is None  # the system's CAs do not know the collection's
-    trust(str(ca))
+    untrusted = call("GET", front + "/health")  # the system's CAs do not know the collection's
+    assert untrusted[0] is None and "CERTIFICATE_VERIFY_FAILED" in untrusted[1], untrusted
+    trusting(str(ca))
     assert call("GET", front + "/health")[0] == 200 and call("GET", fronts[good] + "/health")[0] == 200
     plain = call("GET", "http://127.0.0.1:%d/v1/models" % ROUTER_PORT, CI_KEY)
     assert plain[0] == 400 and "use https://" in plain[1], plain
@@ -545,8 +553,8 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert [chat()[0] for _request in range(6)] == [200] * 6
     assert all(_served(u) > before[n] for n, u in engines.items()), (before, engines)
     assert chat(key=None)[0] == 401 and chat(key="sk-wrong")[0] == 401 and chat(key=FLEET_KEY)[0] == 401
-    assert call("GET", fronts[good] + "/v1/models", CI_KEY)[0] == 200
-    assert call("GET", fronts[good] + "/v1/models", FLEET_KEY)[0] == 401
+    assert [call("GET", u + "/v1/models", CI_KEY)[0] for u in fronts.values()] == [200] * 3
+    assert [call("GET", u + "/v1/models", FLEET_KEY)[0] for u in fronts.values()] == [401] * 3
     # /v1/responses: vllm-router 0.1.17 sends no client header on it, only its own key (the internal key, from
     # its environment): straight at the router with no key, the engine is reached past its key check (llama-server
     # 0.7.0 serves no /v1/responses: 404, where a request without the key is 401).
@@ -617,7 +625,8 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert rekeyed.rc == 0 and rekeyed.says("2 client key(s)") and rekeyed.says("reloaded"), rekeyed
     assert streamed["failed"] == 0 and streamed["completed"] > 0, streamed
     assert chat(key=CLIENT_KEY)[0] == 200 and chat(key=CI_KEY)[0] == 200 and chat(key=OLD_KEY)[0] == 401
-    assert call("GET", fronts[badkey] + "/v1/models", OLD_KEY)[0] == 401
+    assert [call("GET", u + "/v1/models", OLD_KEY)[0] for u in fronts.values()] == [401] * 3
+    assert [call("GET", u + "/v1/models", CLIENT_KEY)[0] for u in fronts.values()] == [200] * 3
     assert dict((n, sh(docker_host, n, "docker ps -q --filter label=gpuserve.llm.service").stdout.split())
                 for n in engines) == serving  # no engine was restarted
     print("client keys: one added and one revoked under a stream (%s), no engine restarted" % streamed)
@@ -644,8 +653,8 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert targets[1]["targets"] == ["127.0.0.1:%d" % ROUTER_METRICS], targets
     assert "vllm_router_" in call("GET", "http://127.0.0.1:%d/metrics" % ROUTER_METRICS)[1]
 
-    # A rerun changes nothing on any host; --check says nothing would change.
-    again = fleet.run(*one_batch)
+    # A rerun changes nothing on any host (as users run it: the default batches); --check says nothing would change.
+    again = fleet.run()
     assert again.rc == 0 and all(again.recap[h]["changed"] == 0 for h in engines), again
     check = fleet.run("--check", *one_batch)
     assert check.rc == 0 and all(check.recap[h]["changed"] == 0 for h in engines), check
