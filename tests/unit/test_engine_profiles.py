@@ -193,8 +193,8 @@ def test_vllm_recipe_flags_say_what_the_recipe_says():
     assert "--speculative-config" not in opts
     settings, paths, facts = CASES["vllm-recipe"]
     ngram = engine_command(dict(settings, llm_drafter="ngram"), paths, facts)["argv"]
-    assert json.loads(ngram[ngram.index("--speculative-config") + 1]) == {"method": "ngram", "num_speculative_tokens": 4,
-                                                                       "prompt_lookup_max": 4}
+    assert json.loads(ngram[ngram.index("--speculative-config") + 1]) == {
+        "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
     text = engine_command(dict(settings, llm_vision=False, llm_drafter="mtp"), paths, facts)["argv"]
     assert json.loads(text[text.index("--speculative-config") + 1])["method"] == "mtp"
     assert opts["--tool-call-parser"] == "glm45" and opts["--reasoning-parser"] == "glm45"
