@@ -15,6 +15,21 @@
 #       time, copy repo/ to /root/repo, start the driver (below) detached (setsid: it outlives the call, not the lease)
 #       with N seconds to run, and follow it until the call's time is spent
 #   g4...: CALL=gN bash .../run.sh wait .          follow the driver on; its files into $OUT when it has ended
+# What ran (report.md; .whl/g3/repo: git archive of a7c51c4, this script as committed there), one lease, back to back:
+#   g1, g2 as above; g3: CALL=g3 DRIVER_S=1300 bash .../run.sh start .whl/g3   (the driver ended inside it: no wait call)
+#   g4 (a second start of each command, in the other order, default first; no carry, no prefill rows), inline:
+#     cd /root/repo && export CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+#     VLLM_DEEP_GEMM_WARMUP=skip; mkdir -p /root/work/out2; for s in default tuned; do E=; [ $s = tuned ] &&
+#     E=VLLM_TUNED_CONFIG_FOLDER=/root/autotune; echo "== $(date -u +%T) as-shipped-$s-2 $E"; env $E
+#     NAME=as-shipped-$s-2 BUDGET_S=230 LAYERS=46 KINDS=prose,structured CONCURRENCY=1,16,40 REPEATS=3 SIDE= PREFILL=
+#     REUSE=0 HEALTH_TIMEOUT=200 DROP=--kv-cache-memory-bytes TEMPERATURES=0 timeout -s INT 280 python3
+#     tests/gpu/bench_recipe_vs_defaults.py /root/work/out2 recipe-no-mtp /root/vllm/site 2>&1 | tee -a
+#     $OUT/device-g4.log; echo "rc=$? $(date -u +%T)"; sleep 3; echo "vLLM servers left: $(pgrep -c -f 'm
+#     vllm.entrypoints.cli.main')"; grep -E "MoE config|for MoE layer|Graph capturing finished|init engine|jit_monitor"
+#     /root/work/out2/vllm-as-shipped-$s-2.log | cut -c1-260; done; for f in /root/work/out2/*; do tr '\r' '\n' < $f >
+#     $OUT/$(basename $f); done; ls -la $OUT
+#   (/root/autotune was made by g3's driver; the process count g4 printed counts its own command lines, which hold the
+#   pattern: each server's log ends with "Application shutdown complete", and the second bound the same port)
 # The driver: two starts of the recipe's rendered command (bench mode recipe-no-mtp: the example inventory, llm_drafter
 # off, --max-num-seqs 40, --compilation-config {"max_cudagraph_capture_size": 512}; one GPU, text only, without the
 # 60 GiB KV cap, which is per GPU of four and more than one H200 has left beside the weights, as every earlier
