@@ -27,6 +27,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import time
 import uuid
 import zlib
@@ -286,3 +287,63 @@ class Bench(object):
         if self.o["reuse_turns"] > 1 and self.o["reuse_tokens"] > 0:
             out["reuse"] = self.reuse()
         return out
+
+
+# Before and after: the figures of the host's last report (reports/<host>/bench.json) against this run's, row by row.
+# (section, the figure, its unit, True where higher is better)
+COMPARED = (("decode", "aggregate_tok_s", "tok/s", True), ("decode", "per_request_tok_s", "tok/s per request", True),
+            ("decode", "ttft_ms", "ms to first token", False), ("prefill", "prefill_tok_s", "tok/s", True),
+            ("prefill", "ttft_s", "s to first token", False), ("reuse", "next_time_s", "s to a next turn", False))
+# What a reader needs to know changed between the two runs, beside the figures.
+CONTEXT = ("engine", "image", "config", "model", "dummy", "settings", "options")
+
+
+def _rows(result):
+    """{(endpoint, section, row label): row} of a report."""
+    rows = {}
+    for ep in result.get("endpoints") or []:
+        name = ep.get("name")
+        for row in ep.get("decode") or []:
+            rows[(name, "decode", "%s x%s" % (row.get("kind"), row.get("requests")))] = row
+        for row in ep.get("prefill") or []:
+            rows[(name, "prefill", "prefill %s tokens" % row.get("prompt_tokens"))] = row
+        if ep.get("reuse"):
+            rows[(name, "reuse", "prompt reuse")] = ep["reuse"]
+    return rows
+
+
+def changes(previous_text, current):
+    """The last report (its JSON text, "" when there is none) against this run's result:
+    {"since": its time, "differs": [what else changed], "rows": [{endpoint, row, figure, unit, before, now,
+    change_pct, better}]} for every figure both runs have, in this run's order; {"since": None, "note": why} when
+    there is nothing to compare."""
+    if not previous_text or not previous_text.strip():
+        return {"since": None, "note": "no earlier report", "differs": [], "rows": []}
+    try:
+        previous = json.loads(previous_text)
+        before = _rows(previous)
+    except (ValueError, AttributeError, TypeError) as e:
+        return {"since": None, "note": "the earlier report could not be read (%s)" % e, "differs": [], "rows": []}
+    differs = []
+    for key in CONTEXT:
+        old, new = previous.get(key), current.get(key)
+        if key in ("settings", "options") and isinstance(old, dict) and isinstance(new, dict):
+            differs += ["%s %s -> %s" % (k, json.dumps(old.get(k)), json.dumps(new.get(k)))
+                        for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        elif old != new:
+            differs.append("%s %s -> %s" % (key, str(old)[:19], str(new)[:19]))
+    rows = []
+    for key, row in _rows(current).items():
+        old_row = before.get(key)
+        if old_row is None:
+            continue
+        for section, figure, unit, higher in COMPARED:
+            if section != key[1]:
+                continue
+            old, new = old_row.get(figure), row.get(figure)
+            if not isinstance(old, (int, float)) or not isinstance(new, (int, float)):
+                continue
+            pct = round((new - old) * 100.0 / old, 1) if old else None
+            rows.append({"endpoint": key[0], "row": key[2], "figure": figure, "unit": unit, "before": old, "now": new,
+                         "change_pct": pct, "better": None if not pct else (pct > 0) == higher})
+    return {"since": previous.get("time"), "differs": differs, "rows": rows}

@@ -49,10 +49,12 @@ import yaml
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import engines as engine_profiles
 from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_total
+from ansible_collections.gpuserve.llm.plugins.module_utils.port_owner import listeners
 import front_fuzz
 from fleet_client import HeldOnLeave, StreamLoad, multiturn, one_host_per_conversation, share, tls_context, trust, untrust
 from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, files_text, find_secrets, host_requirements,
                       vaulted, vaulted_dict)
+from outsider import Outsider
 from ssh_hosts import SSHHosts
 # hub and repo_dir are the stand-in hub's fixtures, used by name.
 from test_weights_hub import HUB, TOKEN, hub, repo_dir, wanted_bytes  # noqa: F401 pylint: disable=unused-import
@@ -387,13 +389,22 @@ def host_files_text(docker_host, host, paths):
 
 
 @pytest.fixture
+def outsider(docker_host, bare_hosts):
+    """A client in a network namespace of its own (tests/integration/outsider.py), reaching the fleet's machine
+    at its address on that network."""
+    with Outsider(docker_host, bare_hosts.image) as out:
+        yield out
+
+
+@pytest.fixture
 def trusting():
     """The test's clients trust the collection's CA once it calls trust(); the system's CAs again after it."""
     yield trust
     untrust()
 
 
-def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_host, tmp_path, trusting):
+def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_host, tmp_path, trusting,
+                                              outsider):
     """The three hosts over SSH, each with its own Docker daemon, behind one router (vllm-router behind an
     nginx front, on `good`): the two refused above mended, site.yml brings all three LIVE - two on the hub's
     weights (one fetching, the other copying from it), badkey on burn-in weights - and the fleet endpoint LIVE
@@ -430,7 +441,11 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         (issue 38 item 1)."""
         each = dict((short[k], {"llm_port": p}) for k, p in ENGINE_PORTS.items())
         each[badkey].update(BURN_IN, **badkey_vars)
-        each[good].update(llm_tls=True)
+        # The router host's certificates name the machine's address on the outsider's network too (a client on
+        # the LAN asks for it by that address); badjson's front on every address (the role's default), the
+        # others on loopback.
+        each[good].update(llm_tls=True, llm_tls_names=[outsider.address])
+        each[badjson].update(llm_host="0.0.0.0")
         return HostFleet(tmp_path, docker_host, bare_hosts, mirror, fpr, each=each, args=["-vvv"] + vault + client,
                          runs=runs, **fleet_vars)
 
@@ -522,6 +537,25 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     plain = call("GET", "http://127.0.0.1:%d/v1/models" % ROUTER_PORT, CI_KEY)
     assert plain[0] == 400 and "use https://" in plain[1], plain
     assert call("GET", fronts[badjson] + "/v1/models", CI_KEY)[0] == 200
+    # Engines unreachable by clients (issue 36 item 1): what listens where (`ss -ltn`'s view of the machine the
+    # hosts share), and what a client in a network namespace of its own reaches at the machine's address: the
+    # fleet's front and badjson's (bound to every address) and nothing else - no engine, no router listener, no
+    # front bound to loopback.
+    engine_ports = [p + 10000 for p in ENGINE_PORTS.values()]
+    bound = dict((p, " ".join(sorted(s["address"] for s in listeners("/proc", p))))
+                 for p in engine_ports + list(ENGINE_PORTS.values()) + [ROUTER_PORT, ROUTER_ADMIN, ROUTER_METRICS])
+    assert [bound[p] for p in engine_ports] == ["127.0.0.1"] * 3, bound
+    assert [bound[p] for p in (ROUTER_ADMIN, ROUTER_METRICS)] == ["127.0.0.1"] * 2, bound
+    assert (bound[ROUTER_PORT], bound[ENGINE_PORTS["badjson"]], bound[PORT]) == ("0.0.0.0", "0.0.0.0", "127.0.0.1"), bound
+    asks = [("http", p, "GET", "/health", None) for p in engine_ports + [ROUTER_ADMIN, ROUTER_METRICS, PORT]]
+    asks += [("https", ROUTER_PORT, "GET", "/v1/models", CI_KEY), ("https", ROUTER_PORT, "GET", "/v1/models", None),
+             ("https", ROUTER_PORT, "GET", "/list_workers", CI_KEY), ("http", ROUTER_PORT, "GET", "/v1/models", CI_KEY),
+             ("http", ENGINE_PORTS["badjson"], "GET", "/v1/models", CI_KEY),
+             ("http", ENGINE_PORTS["badjson"], "GET", "/slots", CI_KEY),
+             ("http", ENGINE_PORTS["badjson"], "GET", "/metrics", CI_KEY)]
+    reached = outsider.ask(asks, cafile=str(ca))
+    assert reached == ["refused"] * 6 + [200, 401, 404, 400, 200, 404, 404], list(zip(asks, reached))
+    print("from a network of its own, at %s: %s" % (outsider.address, list(zip([a[1:4] for a in asks], reached))))
     # Each engine runs on its host's own daemon through the nvidia runtime the host stage registered.
     for name in engines:
         engine = json.loads(sh(docker_host, name, "docker inspect $(docker ps -q --filter label=gpuserve.llm.service)")
@@ -640,6 +674,12 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert statuses["json_response_format"][0] == "pass" and statuses["needles"][0] == "not_run", statuses
     for name in engines:
         assert (tmp_path / "reports" / name / "verify.md").exists(), name
+    # The fleet's last report, as an earlier bench would have left it (one request at 0.5 tok/s, llm_parallel 1):
+    # the new report shows each row against it (issue 37 item 7).
+    last = {"time": "2026-01-02 03:04 UTC", "settings": {"llm_parallel": 1}, "endpoints": [
+        {"name": "fleet endpoint (%s)" % good, "prefill": [], "reuse": None,
+         "decode": [{"kind": "prose", "requests": 1, "aggregate_tok_s": 0.5, "per_request_tok_s": 0.5, "ttft_ms": 1e6}]}]}
+    (tmp_path / "reports" / "fleet" / "bench.json").write_text(json.dumps(last))
     benched = fleet.run(playbook="playbooks/bench.yml")
     assert benched.rc == 0, benched
     fleet_bench = json.loads((tmp_path / "reports" / "fleet" / "bench.json").read_text())
@@ -647,6 +687,14 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert endpoint["name"] == "fleet endpoint (%s)" % good, endpoint["name"]
     assert [r["requests"] for r in endpoint["decode"]] == [1, 3], endpoint["decode"]
     assert all(r["aggregate_tok_s"] > 0 for r in endpoint["decode"]), endpoint["decode"]
+    one = endpoint["decode"][0]["aggregate_tok_s"]
+    change = "%+.1f %%" % round((one - 0.5) * 100 / 0.5, 1)
+    assert benched.says("fleet endpoint (%s) prose x1: %s tok/s (before: 0.5, %s)" % (good, one, change)), benched
+    fleet_md = (tmp_path / "reports" / "fleet" / "bench.md").read_text()
+    assert "Against this host's last report (2026-01-02 03:04 UTC)" in fleet_md and "llm_parallel 1 -> 2" in fleet_md
+    assert "| fleet endpoint (%s) | prose x1 | tok/s | 0.5 | %s | %s (better) |" % (good, one, change) in fleet_md, \
+        fleet_md
+    assert "| prose x3 |" not in fleet_md.split("## Before and after")[1]  # not in the last report: not compared
 
     targets = json.loads((tmp_path / "reports" / "prometheus-targets.json").read_text())
     assert sorted(targets[0]["targets"]) == sorted(u[len("http://"):] for u in engines.values()), targets

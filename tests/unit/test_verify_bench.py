@@ -319,3 +319,34 @@ def test_noise_pngs_differ_by_seed_and_have_the_size_asked():
     a, b = prompts.noise_png(40, 30, 1), prompts.noise_png(40, 30, 2)
     assert a != b and a == prompts.noise_png(40, 30, 1)
     assert struct.unpack(">II", a[16:24]) == (40, 30)
+
+
+def _report(time_, agg1, ttft1, prefill, image="sha256:aaa", parallel=2, repeats=3):
+    return {"time": time_, "engine": "vllm", "image": image, "config": "c1", "model": "m", "dummy": False,
+            "settings": {"llm_parallel": parallel, "llm_drafter": "off"}, "options": {"repeats": repeats},
+            "endpoints": [{"name": "gpu1", "decode": [
+                {"kind": "prose", "requests": 1, "aggregate_tok_s": agg1, "per_request_tok_s": agg1, "ttft_ms": ttft1},
+                {"kind": "prose", "requests": 16, "aggregate_tok_s": 1900.0, "per_request_tok_s": 120.0, "ttft_ms": 200}],
+                "prefill": [{"prompt_tokens": prefill, "prefill_tok_s": 10000.0, "ttft_s": 0.2}], "reuse": None}]}
+
+
+def test_bench_changes_compare_each_row_both_runs_have_and_say_what_else_changed():
+    before = _report("2026-12-01 10:00 UTC", 143.5, 19, 2048, image="sha256:old", parallel=1, repeats=1)
+    now = _report("2026-12-02 10:00 UTC", 150.7, 18, 8192)
+    got = bench.changes(json.dumps(before), now)
+    assert got["since"] == "2026-12-01 10:00 UTC"
+    assert got["differs"] == ["image sha256:old -> sha256:aaa", "llm_parallel 1 -> 2", "repeats 1 -> 3"]
+    rows = dict(((r["row"], r["figure"]), r) for r in got["rows"])
+    one = rows[("prose x1", "aggregate_tok_s")]
+    assert (one["before"], one["now"], one["change_pct"], one["better"]) == (143.5, 150.7, 5.0, True)
+    ttft = rows[("prose x1", "ttft_ms")]
+    assert (ttft["change_pct"], ttft["better"]) == (-5.3, True)  # less time is better
+    assert rows[("prose x16", "aggregate_tok_s")]["change_pct"] == 0.0 and rows[("prose x16", "ttft_ms")]["better"] is None
+    # A prefill size the last run did not measure is not compared.
+    assert not [r for r in got["rows"] if r["row"].startswith("prefill")]
+
+
+@pytest.mark.parametrize("text, note", [("", "no earlier report"), ("{not json", "could not be read")])
+def test_bench_changes_with_no_readable_earlier_report_compares_nothing(text, note):
+    got = bench.changes(text, _report("t", 1.0, 1, 512))
+    assert got["since"] is None and got["rows"] == [] and note in got["note"]
