@@ -307,8 +307,20 @@ PLAYBOOKS_BESIDE=(tests/integration/test_autotune_play.py tests/integration/test
 PLAYBOOK_VENV=.venv
 PLAYBOOK_CORE="ansible-core 2.19"
 [[ ! -x .venv-latest/bin/python ]] || PLAYBOOK_VENV=.venv-latest PLAYBOOK_CORE="newest ansible-core"
+molecule_scenario() {  # molecule_scenario NAME: molecule test -s NAME; on failure, what the engine and front
+  # containers it left on the test bed's daemon say (restarts, state, their logs' end), before the daemon stops:
+  # molecule's destroy removes its hosts, not them, and its ephemeral folder with the logs stop.yml kept.
+  in_venv molecule test -s "$1" && return 0
+  local rc=$? c
+  echo "=== molecule $1 failed (rc $rc): the gpuserve containers left on the test bed's daemon"
+  for c in $(in_venv docker ps -a --format '{{.Names}}' | grep '^gpuserve-mol' || true); do
+    in_venv docker inspect -f '--- {{.Name}}: {{.State.Status}}, restarts {{.RestartCount}}, exit {{.State.ExitCode}}, ''started {{.State.StartedAt}}, finished {{.State.FinishedAt}}, OOM {{.State.OOMKilled}}' "$c"
+    in_venv docker logs --tail 40 "$c" 2>&1 | cut -c1-300
+  done
+  return "$rc"
+}
 for s in preflight default; do
-  queue_background molecule "${MOLECULE[$s]}" task_timed "molecule-$s" in_venv molecule test -s "$s"
+  queue_background molecule "${MOLECULE[$s]}" task_timed "molecule-$s" molecule_scenario "$s"
 done
 queue_background molecule "pytest playbooks (${#PLAYBOOKS_BESIDE[@]} files), $PLAYBOOK_CORE, beside" \
   task_timed beside run_pytest "$PLAYBOOK_VENV" --durations=10 "${PLAYBOOKS_BESIDE[@]}"
