@@ -8,6 +8,7 @@ checks and an image TTFT bench.
     python3 tests/gpu/serve_vision_glm.py OUT data-only     # llm_media_urls: data_only (tries llm_drafter: mtp first)
     python3 tests/gpu/serve_vision_glm.py OUT domains       # llm_media_urls: [allowed.test]
     python3 tests/gpu/serve_vision_glm.py OUT refusals      # data_only: what must be refused (after patches/vllm)
+    python3 tests/gpu/serve_vision_glm.py OUT dry-refusals  # the refusals run against a stub, no GPU
     python3 tests/gpu/serve_vision_glm.py OUT dry           # the whole data-only run against a stub, no GPU
 
 What it needs there: tests/gpu/RESULTS.md, "Carrying what the scripts need" (tests/gpu/carry.sh vllm).
@@ -29,6 +30,12 @@ ARGS.json, ansible-core on PYTHONPATH), then the domains and refusals modes.
 
 DEADLINE (seconds, default 540) makes a mode skip its later parts rather than outrun the call.
 
+refusals (issue 39): every case of plugins/module_utils/bad_media.py (the bad-media catalogue), each followed by
+/health and a text chat, around 2026-12-01's cases that must be served; LABEL=patched|unpatched names the files
+(refusals-LABEL.json with a "table": case, status, the engine's message, served after). As run on 2026-12-03 with
+the vLLM parts of .whl/e1-e3 (tests/gpu/h200-bad-media-2026-12-03/run.sh): the series applied by the collection's
+apply_patches, LABEL=patched; then, on the same machine, the two patched files put back, LABEL=unpatched.
+
 Names: /etc/hosts gets allowed.test, refused.test and invalid for 127.0.0.1, where a small HTTP server of this
 script answers and logs every request with its Host header: the log, not the reply, tells whether vLLM fetched.
 """
@@ -37,6 +44,7 @@ import http.server
 import io
 import json
 import os
+import signal
 import socketserver
 import subprocess
 import sys
@@ -113,8 +121,9 @@ def render(**changes):
     """The service template's vLLM command for the example recipe on one GPU, with llm_vision: true."""
     defaults = dict((k, v) for k, v in load("roles/llm/defaults/main.yml").items() if "{{" not in str(v))
     settings = dict(defaults, **load("inventories/example/group_vars/llm_hosts/settings.yml"))
+    # the engine binds llm_engine_host:llm_engine_port (behind the front since a1cd9a5): the port served here
     settings.update(llm_vision=True, llm_weights="dummy", llm_gpus=[0], llm_api_key=KEY, llm_host="127.0.0.1",
-                    llm_port=PORT, llm_model_dense="fp8")
+                    llm_port=PORT, llm_engine_host="127.0.0.1", llm_engine_port=PORT, llm_model_dense="fp8")
     settings.update(changes)
     with open(os.path.join(ROOT, "templates", "vllm.j2")) as f:
         rendered = engines.render(f.read(), engines.command_context(
@@ -255,9 +264,19 @@ def post(parts, text="Describe this.", max_tokens=1, timeout=600, key=KEY):
             data = json.loads(r.read().decode())
             return r.status, data["usage"]["prompt_tokens"], round(time.time() - t, 3)
     except urllib.error.HTTPError as e:
-        return e.code, e.read().decode("utf-8", "replace")[:300], round(time.time() - t, 3)
+        return e.code, error_message(e.read().decode("utf-8", "replace"))[:300], round(time.time() - t, 3)
     except (urllib.error.URLError, OSError) as e:
         return None, str(e)[:300], round(time.time() - t, 3)
+
+
+def error_message(body):
+    """The engine's own words: vLLM's {"error": {"message": ...}} (or {"message": ...}), else the body itself."""
+    try:
+        data = json.loads(body)
+        err = data.get("error", data) if isinstance(data, dict) else data
+        return str(err.get("message", body) if isinstance(err, dict) else err)
+    except ValueError:
+        return body
 
 
 def serving():
@@ -290,7 +309,12 @@ def case(results, name, parts, expect, text="Describe this.", check_serving=Fals
     if expect == "report":
         entry["ok"] = None
     else:
-        ok = (status == 200) if expect == "200" else (status is not None and 400 <= status < 500)
+        if expect == "200":
+            ok = status == 200
+        elif expect == "no-5xx":  # a 4xx, or a 200 for what could be read
+            ok = status is not None and status < 500
+        else:
+            ok = status is not None and 400 <= status < 500
         entry["ok"] = ok and (not check_serving or entry["after"] == {"health": 200, "chat": 200})
     results[name] = entry
     log("%-44s %s %s in %.2f s%s" % (name, status, entry.get("media_tokens", detail) if status == 200
@@ -316,7 +340,11 @@ def start_engine(argv, env_extra, name, health_timeout=360):
     else:
         cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main"] + argv[1:]
     start = time.time()
-    proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT)
+    # a session of its own: stop_engine ends the API server and the engine core it started, together
+    proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    if os.environ.get("PGID_FILE"):  # for the calling script, to end this server's group by its id if need be
+        with open(os.environ["PGID_FILE"], "w") as f:
+            f.write("%d\n" % proc.pid)
     while time.time() - start < health_timeout:
         if proc.poll() is not None:
             break
@@ -328,18 +356,33 @@ def start_engine(argv, env_extra, name, health_timeout=360):
             pass
         time.sleep(2)
     code = proc.poll()
-    if code is None:
-        proc.kill()
+    kill_group(proc, signal.SIGKILL)
     logf.close()
     return None, {"exit": code, "after_s": round(time.time() - start, 1)}, None
 
 
+def kill_group(proc, sig):
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def stop_engine(proc, logf):
-    proc.terminate()
+    """SIGTERM to the server's process group (the engine core too, also when the API server died), then SIGKILL
+    to whatever of it is left after 60 s."""
+    kill_group(proc, signal.SIGTERM)
     try:
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        pass
+    for _i in range(30):
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(1)
+    kill_group(proc, signal.SIGKILL)
     logf.close()
 
 
@@ -687,41 +730,80 @@ def bottom_up_avi():
     return bytes(avi)
 
 
+def catalogue_case(results, table, entry_case):
+    """One case of plugins/module_utils/bad_media.py, then a good request: status, the engine's message, served after."""
+    entry = case(results, entry_case["name"], entry_case["parts"], entry_case["expect"], check_serving=True)
+    entry.update(klass=entry_case["klass"], why=entry_case["why"])
+    table.append({"case": entry_case["name"], "klass": entry_case["klass"], "expect": entry_case["expect"],
+                  "status": entry["status"], "message": entry.get("error", "")[:300],
+                  "served_after": entry["after"] == {"health": 200, "chat": 200}, "ok": entry["ok"]})
+    return entry
+
+
 def refusals():
-    results = {"mode": "refusals", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    """Every case of the bad-media catalogue (issue 39), each followed by a good request, around the cases that must
+    be served (200). LABEL names the run (patched, unpatched): refusals-LABEL.json, vllm-refusals-LABEL.log. The
+    case that killed an unpatched server goes last."""
+    from ansible_collections.gpuserve.llm.plugins.module_utils import bad_media
+    label = os.environ.get("LABEL", "patched")
+    name = "refusals-%s" % label
+    results = {"mode": "refusals", "label": label, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     results["model"] = dummy_hf.describe(write_folder())
     import numpy as np
     settings, rendered = render(llm_drafter="off")
-    proc, logf, healthy = start_engine(rendered["argv"], rendered["env"], "refusals")
+    proc, logf, healthy = start_engine(rendered["argv"], rendered["env"], name)
     if proc is None:
-        results["serve_failed"] = dict(logf, log_tail=log_tail("refusals"))
-        save("refusals.json", results)
+        results["serve_failed"] = dict(logf, log_tail=log_tail(name))
+        save(name + ".json", results)
         raise SystemExit("vLLM did not serve: %s" % logf)
     results.update(command=rendered["display"], healthy_after_s=healthy)
     log("healthy after %s s" % healthy)
     c = results["cases"] = {}
+    table = results["table"] = []
+    catalogue = bad_media.cases()
     try:
         img = png_bytes(np.full((448, 672, 3), 90, np.uint8))
         case(c, "image 672x448 PNG", [image_part(img)], "200")
+        for entry_case in [x for x in catalogue if not x["lethal"]]:
+            if time_left() < 30:
+                results.setdefault("skipped", []).append(entry_case["name"])
+                continue
+            catalogue_case(c, table, entry_case)
+            save(name + ".json", results)
+        # beside the catalogue: 2026-12-01's bombs and an MP4 cut short (OpenCV's mp4v: no MP4 writer here)
         case(c, "PNG of 14000x14000 (196 M pixels)", [image_part(bomb_png())], "4xx", check_serving=True)
         case(c, "PNG of 10000x10000 (100 M pixels)", [image_part(bomb_png(10000))], "report", check_serving=True)
-        case(c, "corrupt PNG", [image_part(prompts.CORRUPT_PNG)], "4xx", check_serving=True)
-        case(c, "bottom-up raw AVI", [video_part(bottom_up_avi(), "video/x-msvideo")], "4xx", "What happens?",
-             check_serving=True)
+        clip = mp4()
+        case(c, "truncated MP4", [video_part(clip[:len(clip) // 3])], "4xx", check_serving=True)
+        # what must still be served
         case(c, "top-down raw AVI", [video_part(prompts.avi([col for _n, col in prompts.COLOURS] * 3),
                                                 "video/x-msvideo")], "200", "What happens?")
-        case(c, "video 4 s 224x224 MP4", [video_part(mp4())], "200", "What happens?")
-        from ansible_collections.gpuserve.llm.plugins.module_utils import verify
-        from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
-        verifier = verify.Verifier(Client(URL, KEY, "glm-4.6v", timeout=600),
-                                   {"vision": True, "dummy": True, "media_urls": "data_only"}, None, log=log)
-        checks, _hashes = verifier.run(["image_input", "video_input"], {})
-        results["verify"] = [dict((k, ch[k]) for k in ("name", "status", "passed", "total", "why", "examples"))
-                             for ch in checks if ch["name"] in ("image_input", "video_input")]
-        log("verify: %s" % [(ch["name"], ch["status"], ch["passed"], ch["total"]) for ch in results["verify"]])
+        case(c, "video 4 s 224x224 MP4", [video_part(clip)], "200", "What happens?")
+        case(c, "image 64x64 PNG (catalogue's good PNG)", [image_part(bad_media.good_png())], "200")
+        save(name + ".json", results)
+        if time_left() > 60:
+            from ansible_collections.gpuserve.llm.plugins.module_utils import verify
+            from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
+            verifier = verify.Verifier(Client(URL, KEY, "glm-4.6v", timeout=600),
+                                       {"vision": True, "dummy": True, "media_urls": "data_only"}, None, log=log)
+            checks, _hashes = verifier.run(["image_input", "video_input"], {})
+            results["verify"] = [dict((k, ch[k]) for k in ("name", "status", "passed", "total", "why", "examples"))
+                                 for ch in checks if ch["name"] in ("image_input", "video_input")]
+            log("verify: %s" % [(ch["name"], ch["status"], ch["passed"], ch["total"]) for ch in results["verify"]])
+        else:
+            results.setdefault("skipped", []).append("verify")
+        save(name + ".json", results)
+        # last: what killed an unpatched server
+        for entry_case in [x for x in catalogue if x["lethal"]]:
+            catalogue_case(c, table, entry_case)
+        results["engine_alive_after"] = proc.poll() is None
+        results["log_tail"] = log_tail(name, 30)
     finally:
         stop_engine(proc, logf)
-        save("refusals.json", results)
+        save(name + ".json", results)
+    for row in table:
+        log("| %-26s | %s | %s | %-5s | %s" % (
+            row["case"], row["expect"], row["status"], row["served_after"], row["message"][:120]))
 
 
 # -- a stub engine for the dry run ----------------------------------------------------------------
