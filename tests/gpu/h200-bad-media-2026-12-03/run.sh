@@ -18,6 +18,12 @@
 #                                                                        carry [".whl/e3/vllm", ".whl/bm"]
 #   4: CALL=e4 CALL_S=N bash tests/gpu/h200-bad-media-2026-12-03/run.sh unpatched .whl   (no carry)
 # CALL_S: the seconds the call may use (the session's device time left, less the transfers).
+# What ran (one lease, back to back; report.md), each as the run tool's command with its carry and timeout_s:
+#   e1: CALL=e1 bash tests/gpu/h200-bad-media-2026-12-03/run.sh stash .whl/e1      carry [".whl/e1/vllm"], 120
+#   e2: CALL=e2 bash tests/gpu/h200-bad-media-2026-12-03/run.sh stash .whl/e2      carry [".whl/e2/vllm"], 120
+#   e3: CALL=e3 CALL_S=430 bash tests/gpu/h200-bad-media-2026-12-03/run.sh patched .whl/e3
+#                                                             carry [".whl/e3/vllm", ".whl/bm"], 450 (725 s were left)
+#   e4: CALL=e4 CALL_S=400 bash tests/gpu/h200-bad-media-2026-12-03/run.sh unpatched .whl     no carry, 420 (511 left)
 # Nothing here changes a GPU setting. Every vLLM server is started in a session of its own by serve_vision_glm.py,
 # which stops its process group; this script ends that group by its id if anything of it is left.
 set -uo pipefail
