@@ -6,10 +6,11 @@ import os
 import re
 
 from ansible_collections.gpuserve.llm.plugins.filter.engines import patch_series
-from ansible_collections.gpuserve.llm.plugins.module_utils import prompts
+from ansible_collections.gpuserve.llm.plugins.module_utils import bad_media, prompts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VLLM = os.path.join(ROOT, "patches", "vllm")
+DATA_URLS = "0003-malformed-data-urls-and-frameless-videos-are-client-errors.patch"
 
 
 def read(name):
@@ -32,7 +33,8 @@ def added(name, starting):
 def test_the_series_names_each_patch_in_order_and_each_is_a_diff_of_vllms_files():
     series = patch_series(VLLM)
     names = [p["name"] for p in series["patches"]]
-    assert names == ["0001-refuse-bottom-up-raw-avi.patch", "0002-decompression-bomb-is-a-client-error.patch"]
+    assert names == ["0001-refuse-bottom-up-raw-avi.patch", "0002-decompression-bomb-is-a-client-error.patch",
+                     DATA_URLS]
     for name in names:
         with open(os.path.join(VLLM, name)) as f:
             text = f.read()
@@ -64,3 +66,57 @@ def test_an_image_past_pillows_bomb_limit_becomes_a_client_error():
     assert "+            Image.DecompressionBombError," in read("0002-decompression-bomb-is-a-client-error.patch")
     from PIL import Image
     assert not issubclass(Image.DecompressionBombError, OSError)  # why vLLM's except missed it
+
+
+class ImageIO(object):
+    def load_base64(self, media_type, data):
+        return ("image", media_type, data)
+
+
+class VideoIO(ImageIO):
+    pass
+
+
+def data_url_loader():
+    """vLLM's MediaConnector._load_data_url as 0003 makes it, over stand-ins of its media readers."""
+    body = "\n".join(line[4:] for line in added(DATA_URLS, "        # A malformed one").splitlines())
+    source = "def load(self, url, media_io):\n%s\n    return media_io.load_base64(media_type, data)\n" % body
+    ns = {"_DATA_URL_KINDS": {ImageIO: "image", VideoIO: "video"}}
+    exec(source, ns)
+    return lambda url, io=ImageIO(): ns["load"](None, url, io)
+
+
+def test_every_malformed_data_url_of_the_catalogue_is_a_value_error_in_words():
+    load = data_url_loader()
+    refused = {}
+    for case in bad_media.cases(oversize_bytes=64):
+        url = case["parts"][0].get("image_url", {}).get("url", "")
+        if case["klass"] == "malformed data URL" and not url.startswith("data:image/png;base64,*"):
+            try:
+                load(url)
+            except ValueError as e:  # vLLM answers a ValueError with 400 and its text
+                refused[case["name"]] = str(e)
+    form = "A media data URL must have the form data:<media type>;base64,<base64 data>."
+    assert refused == {"data-url-no-base64": form, "data-url-no-comma": form, "data-url-other-encoding": form,
+                       "data-url-empty": "The media data URL holds no data.",
+                       "data-url-text-mime": "This image part's data URL has the media type 'text/plain'; it must be "
+                                             "image/*."}, refused
+    # What is well formed goes on to the reader as before: parameters before ;base64 (RFC 2397), no media type,
+    # application/*; a video part takes video/* and not image/*.
+    assert load("data:image/png;base64,AAAA") == ("image", "image/png", "AAAA")
+    assert load("data:image/png;charset=x;BASE64,AAAA") == ("image", "image/png", "AAAA")
+    assert load("data:;base64,AAAA")[1] == "" and load("data:application/octet-stream;base64,AA")[2] == "AA"
+    assert load("data:video/x-msvideo;base64,AAAA", VideoIO())[1] == "video/x-msvideo"
+    try:
+        load("data:image/png;base64,AAAA", VideoIO())
+    except ValueError as e:
+        assert "must be video/*" in str(e)
+    else:
+        raise AssertionError("an image/png data URL passed as a video")
+
+
+def test_a_video_with_no_frame_is_a_value_error_in_words():
+    text = read(DATA_URLS)
+    assert "+        if len(frames) == 0:\n+            raise ValueError(\"The video holds no frame that could be read.\")" \
+        in text
+    assert re.search(r"^\+        frames, metadata = self.video_loader.load_bytes\($", text, re.M)
