@@ -9,6 +9,7 @@ from ansible_collections.gpuserve.llm.plugins.module_utils import bench
 from ansible_collections.gpuserve.llm.plugins.modules import bench_run
 
 COLD, WARM = 2.0, 0.02  # seconds to the first token, the first time a shape is met and after
+SETTLE_S = 0.15
 
 
 class ShapeEngine(object):
@@ -20,7 +21,7 @@ class ShapeEngine(object):
 
     def __init__(self, schedule=None, group=1):
         self.lock = threading.Lock()
-        self.in_flight = 0
+        self.in_flight, self.last_arrival = 0, 0.0
         self.seen = set()
         self.sent = []  # (prompt, shape, cold) in the order they arrived
         self.schedule, self.group = schedule, group
@@ -40,6 +41,7 @@ class ShapeEngine(object):
         prompt = self.tokens(text)
         with self.lock:
             self.in_flight += 1
+            self.last_arrival = time.monotonic()
             if prompt > 500:
                 shape = ("prompt", prompt.bit_length())
             else:
@@ -48,7 +50,14 @@ class ShapeEngine(object):
             self.seen.add(shape)
             seq = len(self.sent)
             self.sent.append((text, shape, cold))
-        time.sleep(0.05)  # every request of a pass is in flight before the first ends
+        # Every request of a pass is in flight before the first ends: none leaves before the arrivals have
+        # stopped for SETTLE_S (a loaded machine starts the client's threads late; 50 ms was once too little).
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with self.lock:
+                if time.monotonic() - self.last_arrival >= SETTLE_S:
+                    break
+            time.sleep(0.01)
         with self.lock:
             self.in_flight -= 1
         ttft = self.schedule[seq // self.group] if self.schedule else (COLD if cold else WARM)
