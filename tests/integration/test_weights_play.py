@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from ansible_collections.gpuserve.llm.plugins.filter.engines import engine_command
-from ansible_collections.gpuserve.llm.plugins.module_utils import engines, verify
+from ansible_collections.gpuserve.llm.plugins.module_utils import bad_media, engines, verify
 from ansible_collections.gpuserve.llm.plugins.module_utils import prompts as media
-from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
+from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError
 from conftest import ROOT, docker
 
 MODEL = "gpuserve/tiny-llama-dummy"
@@ -204,6 +204,25 @@ def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_
         assert pictured["choices"][0]["message"]["content"] == reply["message"]["content"], pictured
         assert pictured["usage"]["prompt_tokens"] == client.chat([{"role": "user", "content": "Say hello."}], temperature=0,
                                                                  max_tokens=1)[0]["usage"]["prompt_tokens"] + 40
+
+        # Every class of bad media a client has sent (issue 39 item 2; plugins/module_utils/bad_media.py) is a
+        # 4xx, never a 5xx, and the engine answers the next request. llama-server 0.7.0 has no byte limit on a
+        # data URL (it decodes a padded PNG up to its IEND) and no per-prompt count of media (vLLM's
+        # --limit-mm-per-prompt): those two are served, bounded by the front's body cap and the context.
+        answered = {}
+        for case in bad_media.cases():
+            try:
+                client.chat([{"role": "user", "content": case["parts"] + [{"type": "text", "text": "What is it?"}]}],
+                            temperature=0, max_tokens=8)
+                answered[case["name"]] = (200, "")
+            except EndpointError as e:
+                answered[case["name"]] = (e.status, str(e)[-200:])
+            assert plain.chat(max_tokens=8)["finish_reason"], "the engine did not answer after %s" % case["name"]
+        print("bad media, llama-server: %s" % answered)
+        served = dict((n, a) for n, a in answered.items() if a[0] is None or a[0] >= 500 or a[0] < 400)
+        assert set(served) <= {"oversize-data-url", "too-many-images", "truncated-avi-frames"}, served
+        assert "uri must be base64 encoded" in answered["data-url-no-base64"][1], answered
+        assert [a[0] for n, a in served.items() if a[0] is None or a[0] >= 500] == [], served
 
         # a second seed as draft model (draft-simple): the same replies as without drafting
         drafted = Engine(docker_host, image, "gpuserve-test-burnin-draft", 18111, str(main), str(draft))
