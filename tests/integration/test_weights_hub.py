@@ -103,10 +103,11 @@ def test_a_fleet_downloads_once_verifies_everywhere_and_a_rerun_changes_nothing(
     assert all(not c.exists() for c in caches(fleet, names)), "check mode wrote a cache"
     assert hub.file_bytes() == 0
 
-    # Slow enough for two progress lines a second apart even on a loaded machine: ~5 s from the
-    # hub, ~5 s over rsync (the first line comes after weights_progress_interval, 1 s here).
-    hub.control("/_faults", {"rate": {"tiny-chat-Q8_0.gguf": 1 << 20}})
-    first = fleet.run("site.yml", "--tags", "weights", "-e", "weights_rsync_bwlimit_kib=1024")
+    # Slow enough for two progress lines a second apart even on a loaded machine: ~10 s from the
+    # hub, ~10 s over rsync (the first line comes after weights_progress_interval, 1 s here; under the
+    # full test command one host's first line came 3.3 MiB into a 5.4 MiB copy at 1 MiB/s, and no second).
+    hub.control("/_faults", {"rate": {"tiny-chat-Q8_0.gguf": 1 << 19}})
+    first = fleet.run("site.yml", "--tags", "weights", "-e", "weights_rsync_bwlimit_kib=512")
     assert first.rc == 0, first
     assert TOKEN not in first.output
     # One download's worth at the source for three hosts; the peers came over rsync.
