@@ -42,11 +42,6 @@ BOMB_LIMIT_PIXELS = 178956970
 BOMB_SIDE = 20000
 # One byte more than 20 MiB (front_media_item_mib, roles/front/defaults/main.yml): vLLM has no limit of its own.
 OVERSIZE_BYTES = 20 * 1024 * 1024 + 1
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def _chunk(kind, data):
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
 
 def bomb_png(side=BOMB_SIDE):
@@ -60,8 +55,9 @@ def bomb_png(side=BOMB_SIDE):
         body.append(comp.compress(block))
     body.append(comp.compress(row * (side % 256)))
     body.append(comp.flush())
-    return (PNG_SIGNATURE + _chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 1, 3, 0, 0, 0))
-            + _chunk(b"PLTE", b"\x50\x90\xd0\xff\xff\xff") + _chunk(b"IDAT", b"".join(body)) + _chunk(b"IEND", b""))
+    chunk = prompts.png_chunk
+    return (prompts.PNG_SIGNATURE + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 1, 3, 0, 0, 0))
+            + chunk(b"PLTE", b"\x50\x90\xd0\xff\xff\xff") + chunk(b"IDAT", b"".join(body)) + chunk(b"IEND", b""))
 
 
 def good_png():
@@ -159,7 +155,7 @@ def cases(oversize_bytes=OVERSIZE_BYTES):
 
 def parse_png(data):
     """(width, height, bit depth, colour type) from a PNG's IHDR, and the chunk types in order (to IEND)."""
-    if data[:8] != PNG_SIGNATURE:
+    if data[:8] != prompts.PNG_SIGNATURE:
         raise ValueError("not a PNG")
     at, kinds, ihdr = 8, [], None
     while at + 8 <= len(data):

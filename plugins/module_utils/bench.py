@@ -346,4 +346,4 @@ def changes(previous_text, current):
             pct = round((new - old) * 100.0 / old, 1) if old else None
             rows.append({"endpoint": key[0], "row": key[2], "figure": figure, "unit": unit, "before": old, "now": new,
                          "change_pct": pct, "better": None if not pct else (pct > 0) == higher})
-    return {"since": previous.get("time"), "differs": differs, "rows": rows}
+    return {"since": previous.get("time") or "time not recorded", "differs": differs, "rows": rows}

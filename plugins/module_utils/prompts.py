@@ -179,15 +179,19 @@ def json_prompt(i, instruction_only):
     return "Invent %s: their name, age, city and hobbies." % who
 
 
-def _png_chunk(kind, data):
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_chunk(kind, data):
+    """One PNG chunk: its length, type, data and CRC."""
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
 
 def png_rows(width, height, rows):
     """An RGB PNG from its rows (each width x 3 bytes), written by hand: no imaging library on the host."""
     raw = b"".join(b"\x00" + row for row in rows)
-    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + _png_chunk(b"IDAT", zlib.compress(raw, 6)) + _png_chunk(b"IEND", b""))
+    return (PNG_SIGNATURE + png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + png_chunk(b"IDAT", zlib.compress(raw, 6)) + png_chunk(b"IEND", b""))
 
 
 def png(rgb, size=64, height=None):
@@ -250,7 +254,7 @@ def avi(colours, size=112, fps=4):
 
 # Media the engine must refuse: a PNG signature over garbage, a RIFF header over garbage, and a URL on a
 # name that never resolves (RFC 2606), which a data-URLs-only engine must refuse without trying.
-CORRUPT_PNG = b"\x89PNG\r\n\x1a\n" + bytes(bytearray(range(256))) * 4
+CORRUPT_PNG = PNG_SIGNATURE + bytes(bytearray(range(256))) * 4
 CORRUPT_AVI = b"RIFF" + struct.pack("<I", 1028) + b"AVI " + bytes(bytearray(range(256))) * 4
 UNREACHABLE_IMAGE_URL = "http://media-check.invalid/gpuserve.png"
 

@@ -234,10 +234,8 @@ def bomb_png(side=14000):
     comp = zlib.compressobj(6)
     row = b"\x00" + b"\x50\x90\xd0" * side
     body = b"".join(comp.compress(row) for _r in range(side)) + comp.flush()
-
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+    chunk = prompts.png_chunk
+    return (prompts.PNG_SIGNATURE + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
             + chunk(b"IDAT", body) + chunk(b"IEND", b""))
 
 

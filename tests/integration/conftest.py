@@ -133,7 +133,7 @@ def registry():
 def docker(docker_host, *args, **kwargs):
     """The docker CLI against the test bed's daemon: test plumbing, never the collection's code path."""
     return subprocess.run(["docker", "-H", docker_host] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, check=kwargs.get("check", True))
+                          text=True, check=kwargs.get("check", True), input=kwargs.get("input"))
 
 
 def service_containers(docker_host, prefix):

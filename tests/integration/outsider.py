@@ -8,8 +8,9 @@ address) serves; a socket bound to loopback is refused, as it is to any other ho
         out.ask([("https", 18250, "GET", "/v1/models", key)], cafile=ca)   # [200]; "refused" where nothing listens
 """
 import json
-import subprocess
 import uuid
+
+from conftest import docker
 
 PROBE = r"""
 import http.client, json, ssl, sys
@@ -40,30 +41,26 @@ class Outsider(object):
         self.name = "gpuserve-test-outsider-%s" % uuid.uuid4().hex[:8]
         self.address = None  # the machine's address on the outsider's network
 
-    def docker(self, *args, **kwargs):
-        return subprocess.run(["docker", "-H", self.docker_host] + list(args), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, check=kwargs.pop("check", True), **kwargs)
-
     def __enter__(self):
         try:
-            self.docker("network", "create", "--driver", "bridge", self.name)
-            ipam = json.loads(self.docker("network", "inspect", "-f", "{{json .IPAM.Config}}", self.name).stdout)
-            self.address = ipam[0]["Gateway"]
-            self.docker("run", "-d", "--init", "--name", self.name, "--network", self.name, self.image,
-                        "sleep", "infinity")
+            docker(self.docker_host, "network", "create", "--driver", "bridge", self.name)
+            ipam = docker(self.docker_host, "network", "inspect", "-f", "{{json .IPAM.Config}}", self.name).stdout
+            self.address = json.loads(ipam)[0]["Gateway"]
+            docker(self.docker_host, "run", "-d", "--init", "--name", self.name, "--network", self.name, self.image,
+                   "sleep", "infinity")
         except BaseException:
             self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc):
-        self.docker("rm", "-f", self.name, check=False)
-        self.docker("network", "rm", self.name, check=False)
+        docker(self.docker_host, "rm", "-f", self.name, check=False)
+        docker(self.docker_host, "network", "rm", self.name, check=False)
 
     def ask(self, asks, cafile=None):
         """[status or "refused" or the error] of each (scheme, port, method, path, key), asked of the machine's
         address on the outsider's network; https verified with `cafile` as its CA, for that address."""
         ca = open(cafile).read() if cafile else None
-        got = self.docker("exec", "-i", self.name, "python3", "-c", PROBE,
-                          input=json.dumps({"address": self.address, "ca": ca, "asks": [list(a) for a in asks]}))
+        got = docker(self.docker_host, "exec", "-i", self.name, "python3", "-c", PROBE,
+                     input=json.dumps({"address": self.address, "ca": ca, "asks": [list(a) for a in asks]}))
         return json.loads(got.stdout.strip().splitlines()[-1])

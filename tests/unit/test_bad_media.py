@@ -70,7 +70,7 @@ def test_the_truncated_png_is_a_prefix_of_a_valid_one():
 
 def test_the_corrupt_png_has_the_signature_and_nothing_valid_after():
     data = payload(CASES["corrupt-png"])
-    assert data == prompts.CORRUPT_PNG and data[:8] == bad_media.PNG_SIGNATURE
+    assert data == prompts.CORRUPT_PNG and data[:8] == prompts.PNG_SIGNATURE
     try:
         bad_media.parse_png(data)
     except ValueError:

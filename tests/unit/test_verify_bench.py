@@ -350,3 +350,10 @@ def test_bench_changes_compare_each_row_both_runs_have_and_say_what_else_changed
 def test_bench_changes_with_no_readable_earlier_report_compares_nothing(text, note):
     got = bench.changes(text, _report("t", 1.0, 1, 512))
     assert got["since"] is None and got["rows"] == [] and note in got["note"]
+
+
+def test_bench_changes_against_a_report_without_its_time_still_compares():
+    last = _report("t", 1.0, 1, 512)
+    del last["time"]
+    got = bench.changes(json.dumps(last), _report("u", 2.0, 1, 512))
+    assert got["since"] == "time not recorded" and got["rows"][0]["change_pct"] == 100.0
