@@ -165,7 +165,7 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.mark.parametrize("search,searched", [("full", 1920), ("reduced", 64)])
+@pytest.mark.parametrize("search,searched", [("full", 1920), ("reduced", 96)])
 def test_the_driver_runs_a_tuner_unchanged_or_with_the_reduced_search(tmp_path, search, searched):
     """A SYNTHETIC tuner laid out as benchmark_moe.py is (get_configs_compute_bound, a __main__ block)."""
     tuner = tmp_path / "benchmark_moe.py"
