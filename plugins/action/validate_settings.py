@@ -50,7 +50,8 @@ class ActionModule(ActionBase):
 
         # Rendering errors are judged there and named in words (never Jinja's text: it may hold a secret).
         findings, values = validate_templated(raw, render, specs.options, specs.internal,
-                                              task_vars.get("group_names", ()), set(task_vars), workstation_config)
+                                              task_vars.get("group_names", ()), set(task_vars), workstation_config,
+                                              task_vars.get("groups", {}).get("llm_routers", []))
         result.update(changed=False, findings=findings, errors=len([f for f in findings if f["severity"] == "error"]),
                       settings=values, display=display(values, specs.options))
         return result

@@ -71,6 +71,9 @@ RANGES = {
     "router_drain_interval": (0.1, 60),
     "router_drain_settle": (0, 600),
     "router_drain_zero_readings": (1, 100),
+    "router_vrrp_id": (1, 255),
+    "router_vrrp_advert_secs": (0.01, 40),
+    "router_vrrp_check_interval": (1, 60),
     "service_warm_reply_tokens": (1, None),
     "service_warm_prompt_tokens": (0, None),
 }
@@ -531,6 +534,51 @@ def _check_router_ports(values, options, groups, findings, refused=()):
                                         name, port_name, engine), variable=name, value=engine))
 
 
+INTERFACE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+
+
+def _ipv4(value):
+    try:
+        return isinstance(value, str) and ipaddress.IPv4Address(value) is not None
+    except ValueError:
+        return False
+
+
+def _check_vrrp(values, groups, routers, findings, refused=()):
+    """Two or more router hosts share router_vip (VRRP): it is given, an IPv4 address, and not this host's own
+    router_vrrp_address, which is an IPv4 address too (keepalived's unicast peers are addresses)."""
+    if "llm_routers" not in groups or "router_vip" in refused:
+        return
+    vip = values.get("router_vip", "")
+    if vip and not _ipv4(vip):
+        findings.append(_bad("E_CONFIG", "router_vip", values.pop("router_vip"), "an IPv4 address, or empty"))
+        return
+    if not vip:
+        if len(routers) > 1:
+            findings.append(finding(
+                "E_CONFIG", "router_vip", "llm_routers has %d hosts (%s): they serve one endpoint on one address, "
+                "router_vip, which is empty; set it to an IPv4 address on their network that no host holds" % (
+                    len(routers), ", ".join(routers)), variable="router_vip", value="",
+                allowed="an IPv4 address"))
+        return
+    bind = values.get("router_bind")
+    if bind is not None and bind not in ("0.0.0.0", "::"):
+        findings.append(_bad("E_CONFIG", "router_bind", values.pop("router_bind"), "0.0.0.0 or :: with router_vip (the "
+                             "front answers on the address wherever it lands)"))
+    address = values.get("router_vrrp_address")  # None where the router role is not in scope (another play)
+    if address is not None and not _ipv4(address):
+        findings.append(_bad("E_CONFIG", "router_vrrp_address", values.pop("router_vrrp_address"),
+                             "this router host's IPv4 address on router_vip's network (its default is ansible_host: "
+                             "set it where ansible_host is a name)"))
+    elif address == vip:
+        findings.append(_bad("E_CONFIG", "router_vip", values.pop("router_vip"),
+                             "an address no host holds (it is this host's router_vrrp_address)"))
+    interface = values.get("router_vrrp_interface")
+    if interface and not INTERFACE.match(interface):
+        findings.append(_bad("E_CONFIG", "router_vrrp_interface", values.pop("router_vrrp_interface"),
+                             "a network interface's name (up to 15 letters, digits, '_', '.', '-'), or empty"))
+
+
 def _private(address):
     """Loopback or a private address (RFC 1918, unique local, link-local): not reachable from the internet."""
     ip = ipaddress.ip_address(address)
@@ -625,11 +673,12 @@ def _check_tls(values, findings):
             values.pop("llm_tls_names")
 
 
-def validate(settings, options, internal=(), groups=(), model_config=None):
+def validate(settings, options, internal=(), groups=(), model_config=None, routers=()):
     """Validate the settings given as {name: value} (templated values).
 
     `options`: the documented options by name (Specs.options); `internal`: names the roles keep for
-    themselves; `groups`: the host's inventory groups (the router's rules); `model_config(repo, revision)`:
+    themselves; `groups`: the host's inventory groups (the router's rules); `routers`: the hosts of
+    llm_routers (two or more share router_vip); `model_config(repo, revision)`:
     a hub checkpoint's config.json as (content, where it was read) when the workstation has it, else None.
     Returns (findings, values): values holds every setting that passed, typed as the spec says; a setting
     that failed is left out of it.
@@ -738,6 +787,7 @@ def validate(settings, options, internal=(), groups=(), model_config=None):
     refused = set(name for name in settings if name not in values)
     _check_model_shape(values, findings, refused, model_config)
     _check_router_ports(values, options, groups, findings, refused)
+    _check_vrrp(values, groups, routers, findings, refused)
     _check_engine_bind(values, findings)
     _check_tls(values, findings)
 
@@ -775,12 +825,12 @@ def references(value):
     return names
 
 
-def validate_templated(raw, render, options, internal=(), groups=(), defined=(), model_config=None):
+def validate_templated(raw, render, options, internal=(), groups=(), defined=(), model_config=None, routers=()):
     """Render and validate the settings as given (`raw`: {name: value, templates unrendered}), so that the user
     sees one finding per mistake, in words: never a template's or Python's error text.
 
     `render(value, typed)` renders a value (raising on failure) with `typed` as llm_settings when it is not
-    None; `defined`: every variable name in scope; `model_config`: as validate() takes it. A setting whose
+    None; `defined`: every variable name in scope; `model_config`, `routers`: as validate() takes them. A setting whose
     template reads llm_settings is rendered with the values validated first. A setting computed from one that
     was refused (or could not be computed) is neither reported nor handed on: the finding on the setting it
     reads says what to correct. A template that fails on its own is named with what it reads that is not set.
@@ -806,13 +856,13 @@ def validate_templated(raw, render, options, internal=(), groups=(), defined=(),
             except Exception:
                 unresolved[name] = True
     if later:
-        first = validate(given, options, internal, groups)[1]
+        first = validate(given, options, internal, groups, routers=routers)[1]
         for name in later:
             try:
                 given[name] = render(raw[name], first)
             except Exception:
                 unresolved[name] = True
-    findings, values = validate(given, options, internal, groups, model_config)
+    findings, values = validate(given, options, internal, groups, model_config, routers)
     refused = set(f["details"]["variable"] for f in findings
                   if f["severity"] == "error" and f.get("details", {}).get("variable") in raw) | set(unresolved)
     derived = set(name for name in raw if closure[name] & refused)

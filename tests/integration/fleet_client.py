@@ -184,6 +184,7 @@ class StreamLoad:  # pylint: disable=too-many-instance-attributes
         self._completed = 0
         self._failed = 0
         self._reasons = []
+        self._log = []  # (started, ended, reason or None) of each request, time.monotonic()
 
     def __enter__(self):
         self.start()
@@ -224,6 +225,11 @@ class StreamLoad:  # pylint: disable=too-many-instance-attributes
                 "reasons": list(self._reasons),
             }
 
+    def outcomes(self):
+        """[(started, ended, reason or None)] of each request that ended, in time.monotonic()."""
+        with self._lock:
+            return list(self._log)
+
     def _record(self, reason):
         # the caller holds the lock
         if reason is None:
@@ -243,6 +249,7 @@ class StreamLoad:  # pylint: disable=too-many-instance-attributes
                 self._sent += 1
                 self._in_flight.add(name)
             number += 1
+            started = time.monotonic()
             try:
                 reason = stream_chat(self.base_url, self.api_key, self.model, self.max_tokens,
                                      self.timeout, content=f"{name} request {number}: say something.")
@@ -254,6 +261,7 @@ class StreamLoad:  # pylint: disable=too-many-instance-attributes
                     return  # already counted failed by stop()
                 self._in_flight.discard(name)
                 self._record(reason)
+                self._log.append((started, time.monotonic(), reason))
             if reason is not None:
                 self._stop.wait(FAILURE_PAUSE)
 

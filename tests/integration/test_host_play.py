@@ -8,7 +8,7 @@ One fleet, the host stage and the preflight (`--tags host,preflight`) after a --
 - `good` holds a daemon.json with a key of the admin's; it goes from nothing to a host that passes its preflight:
   docker.io from Debian's archive, its own daemon started through the distribution's init script, the NVIDIA
   Container Toolkit from an apt repository the test makes (a STAND-IN package whose nvidia-container-runtime is
-  runc; signed with a throwaway key, served on 127.0.0.1, pinned by host_nvidia_key_fingerprint), the nvidia
+  runc; signed with a throwaway key, served on the hosts' lan, pinned by host_nvidia_key_fingerprint), the nvidia
   runtime registered by a reload (its engine, llama.cpp on the CPU with replayed GPUs for the preflight, runs
   through that runtime in the fleet test);
 - `badjson` holds an invalid daemon.json: E_DAEMON_JSON, the file untouched, nothing installed;
@@ -55,9 +55,9 @@ from fleet_client import HeldOnLeave, StreamLoad, multiturn, one_host_per_conver
 from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, files_text, find_secrets, host_requirements,
                       vaulted, vaulted_dict)
 from outsider import Outsider
-from ssh_hosts import SSHHosts
-# hub and repo_dir are the stand-in hub's fixtures, used by name.
-from test_weights_hub import HUB, TOKEN, hub, repo_dir, wanted_bytes  # noqa: F401 pylint: disable=unused-import
+from ssh_hosts import HostNetworks, SSHHosts
+# repo_dir is the stand-in hub's fixture, used by name.
+from test_weights_hub import HUB, TOKEN, StandIn, repo_dir, wanted_bytes  # noqa: F401 pylint: disable=unused-import
 
 VERSION = "1.18.2-1"  # the stand-in toolkit's, as the role's default pins it
 TOOLKIT = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
@@ -107,10 +107,26 @@ def write_in(docker_host, host, command, text):
 
 
 @pytest.fixture(scope="module")
-def apt_repo(tmp_path_factory):
+def host_networks(docker_host):
+    """The hosts' lan and backend (tests/integration/ssh_hosts.py HostNetworks): a network namespace each."""
+    with HostNetworks(docker_host, "gpuserve-test-fleet-%d" % os.getpid()) as nets:
+        yield nets
+
+
+@pytest.fixture
+def hub(repo_dir, host_networks):  # pylint: disable=redefined-outer-name
+    """The stand-in hub (test_weights_hub.py), served where the hosts reach the machine: its lan address."""
+    stand_in = StandIn(repo_dir, TOKEN, bind=host_networks.gateway["lan"])
+    yield stand_in
+    stand_in.proc.terminate()
+    stand_in.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def apt_repo(tmp_path_factory, host_networks):
     """NVIDIA's flat repository's layout (libnvidia-container/stable/deb/<arch>, its key at
     libnvidia-container/gpgkey), holding STAND-IN toolkit packages, signed with a throwaway key and
-    served on 127.0.0.1. Yields (the mirror's URL, the key's fingerprint)."""
+    served at the machine's address on the hosts' lan. Yields (the mirror's URL, the key's fingerprint)."""
     top = tmp_path_factory.mktemp("apt-mirror")
     arch = run(["dpkg", "--print-architecture"]).stdout.strip()
     repo = top / "libnvidia-container" / "stable" / "deb" / arch
@@ -157,18 +173,19 @@ def apt_repo(tmp_path_factory):
     subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, check=False)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(top))
     handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = http.server.ThreadingHTTPServer((host_networks.gateway["lan"], 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield "http://127.0.0.1:%d" % server.server_address[1], fpr
+    yield "http://%s:%d" % server.server_address[:2], fpr
     server.shutdown()
     server.server_close()
 
 
 @pytest.fixture(scope="module")
-def bare_hosts(docker_host, tmp_path_factory):
+def bare_hosts(docker_host, tmp_path_factory, host_networks):
     """Three bare test hosts (the test-host image: python3, python3-venv, sshd, sudo; no Docker), started
-    the way the spike found a Docker daemon can run inside one, each with its sshd. Yields the SSHHosts
-    (`.names`: {short name: container})."""
+    the way the spike found a Docker daemon can run inside one, each with its sshd, each in a network
+    namespace of its own on the lan and the backend. Yields the SSHHosts (`.short`: {short name: container},
+    `.address`: {container: {"lan": address, "backend": address}})."""
     image = os.environ.get("GPUSERVE_TESTHOST_IMAGE") or run(
         [os.path.join(TESTS, "testbed", "images.sh")], env=dict(os.environ, DOCKER_HOST=docker_host)).stdout.strip()
     tag = "gpuserve-test-host-%d" % os.getpid()
@@ -178,8 +195,8 @@ def bare_hosts(docker_host, tmp_path_factory):
     # The NVML double's scenario where it looks when no variable names one (an SSH session does not
     # inherit the container's environment): /etc/nvml-replay.json, with its `extends` resolved.
     scenario = json.dumps(_double().load_scenario(os.path.join(SCENARIOS, "rtxpro6000x4-healthy.json")))
-    with SSHHosts(docker_host, tmp_path_factory.mktemp("ssh-hosts"), image, list(names.values()), run_args,
-                  volumes=["{name}"]) as hosts:
+    with SSHHosts(docker_host, tmp_path_factory.mktemp("ssh-hosts"), image, list(names.values()), host_networks,
+                  run_args, volumes=["{name}"]) as hosts:
         for name in names.values():
             write_in(docker_host, name, "cat > /etc/nvml-replay.json", scenario)
         good, bad = names["good"], names["badjson"]
@@ -367,10 +384,102 @@ def call(method, url, key=None, body=None, timeout=30):
         return None, str(e)
 
 
-def router_workers():
-    """The router's workers, read on its own listener (the plays' way: on the router host's loopback)."""
-    status, text = call("GET", "http://127.0.0.1:%d/list_workers" % ROUTER_ADMIN)
-    return sorted(json.loads(text)["urls"]) if status == 200 else None
+IN_HOST_CALL = r"""
+import json, sys, urllib.error, urllib.request
+method, url, body = json.load(sys.stdin)
+request = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, method=method,
+                                 headers={"Content-Type": "application/json"})
+try:
+    with urllib.request.urlopen(request, timeout=30) as r:
+        print(json.dumps([r.status, r.read().decode()]))
+except urllib.error.HTTPError as e:
+    print(json.dumps([e.code, e.read().decode()]))
+except OSError as e:
+    print(json.dumps([None, str(e)]))
+"""
+
+
+class Routers(object):
+    """The routers' own listeners (admin, metrics), on each router host's loopback: read there, as the plays read
+    them (python3 in the host through docker exec; no client reaches them)."""
+
+    def __init__(self, docker_host, hosts):
+        self.docker_host, self.hosts = docker_host, list(hosts)
+
+    def call(self, method, port, path, body=None, host=None):
+        """(status, text) of one request to 127.0.0.1:port in the host (the first router host by default); (None,
+        the error) when nothing answers."""
+        got = subprocess.run(["docker", "-H", self.docker_host, "exec", "-i", host or self.hosts[0], "python3", "-c",
+                              IN_HOST_CALL], input=json.dumps([method, "http://127.0.0.1:%d%s" % (port, path), body]),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        if got.returncode != 0:
+            return None, got.stdout  # the host is down
+        return tuple(json.loads(got.stdout.strip().splitlines()[-1]))
+
+    def workers_of(self, host):
+        """The router's workers on that host (its /list_workers), None when it does not answer."""
+        status, text = self.call("GET", ROUTER_ADMIN, "/list_workers", host=host)
+        return sorted(json.loads(text)["urls"]) if status == 200 else None
+
+    def workers(self):
+        """The routers' workers when they all hold the same (each router knows every worker); else {host: its}."""
+        seen = dict((h, self.workers_of(h)) for h in self.hosts)
+        first = seen[self.hosts[0]]
+        return first if all(w == first for w in seen.values()) else seen
+
+    def requests(self):
+        """Each router's own count of the requests it took, by route (its Prometheus port)."""
+        found = {}
+        for host in self.hosts:
+            status, text = self.call("GET", ROUTER_METRICS, "/metrics", host=host)
+            assert status == 200, (host, status, text[:200])
+            found.update(("%s %s" % (host, k), v) for k, v in
+                         re.findall(r"^(vllm_router_requests_total\{[^}]*\}) (\S+)$", text, re.M))
+        return found
+
+    def holder(self, address):
+        """The router hosts that hold `address` now (their interfaces, read in each; a host that is down holds
+        nothing)."""
+        return [h for h in self.hosts if " %s/" % address in sh(self.docker_host, h, "ip -o -4 addr show").stdout]
+
+
+def first_answer(url, key, since, timeout=30, each=2):
+    """Seconds from `since` (time.monotonic()) until a short chat request at `url` is answered 200, asked every
+    0.1 s, each given `each` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, _text = call("POST", url + "/v1/chat/completions", key, {
+            "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}, timeout=each)
+        if status == 200:
+            return time.monotonic() - since
+        time.sleep(0.1)
+    raise AssertionError("nothing answered at %s within %d s" % (url, timeout))
+
+
+def after_move(outcomes, moved_at):
+    """(failed among the requests started after `moved_at`, those before it that failed: the streams cut)."""
+    later = [reason for started, _ended, reason in outcomes if started >= moved_at]
+    cut = [reason for started, _ended, reason in outcomes if started < moved_at and reason is not None]
+    return [r for r in later if r is not None], cut
+
+
+def restart_host(docker_host, hosts, host):
+    """A host whose container was stopped, started again as a machine boots: its cgroups writable, sshd, its
+    Docker daemon and keepalived by their init scripts (the containers on its daemon restart by their policies)."""
+    docker(docker_host, "start", host)
+    docker(docker_host, "exec", host, "sh", "-c", CGROUPS_RW + " && find /run -name '*.pid' -delete")  # as a boot
+    hosts.start_sshd(host)
+    docker(docker_host, "exec", host, "sh", "-c", "/etc/init.d/docker start && /etc/init.d/keepalived start")
+
+
+def host_listeners(docker_host, host, ports, workdir):
+    """{port: the addresses it listens on, space-separated} in the host's own network namespace: `ss -ltn`'s view
+    there, its /proc/net/tcp and tcp6 read out of band and handed to port_owner.listeners."""
+    proc = workdir / ("proc-" + host)
+    (proc / "net").mkdir(parents=True, exist_ok=True)
+    for name in ("tcp", "tcp6"):
+        (proc / "net" / name).write_text(docker(docker_host, "exec", host, "cat", "/proc/net/" + name).stdout)
+    return dict((p, " ".join(sorted(s["address"] for s in listeners(str(proc), p)))) for p in ports)
 
 
 def host_files_text(docker_host, host, paths):
@@ -390,9 +499,8 @@ def host_files_text(docker_host, host, paths):
 
 @pytest.fixture
 def outsider(docker_host, bare_hosts):
-    """A client in a network namespace of its own (tests/integration/outsider.py), reaching the fleet's machine
-    at its address on that network."""
-    with Outsider(docker_host, bare_hosts.image) as out:
+    """Another machine on the hosts' lan (tests/integration/outsider.py): a client of the fleet."""
+    with Outsider(docker_host, bare_hosts.image, network=bare_hosts.networks.name["lan"]) as out:
         yield out
 
 
@@ -428,24 +536,29 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     short = bare_hosts.short
     good, badjson, badkey = short["good"], short["badjson"], short["badkey"]
     write_in(docker_host, badjson, "cat > /etc/docker/daemon.json", json.dumps(FOREIGN_JSON))  # the admin mends it
-    # Each host's front on llm_port; its engine on loopback at llm_port + 10000 (the router's workers). The router
-    # host's fronts (its engine's and the fleet's) serve HTTPS with the collection's CA (llm_tls on good alone: a
-    # fleet whose hosts differ); the other two plain HTTP.
-    fronts = dict((short[k], "%s://127.0.0.1:%d" % ("https" if k == "good" else "http", p))
+    # Each host in a network namespace of its own: its front on llm_port at its lan address (badjson's on every
+    # address), its engine at its backend address on llm_port + 10000 (the router's workers, reached over the
+    # backend; a client on the lan has no route there). The router host's fronts (its engine's and the fleet's)
+    # serve HTTPS with the collection's CA (llm_tls on good alone: a fleet whose hosts differ); the other two
+    # plain HTTP.
+    lan = dict((k, bare_hosts.address[short[k]]["lan"]) for k in ENGINE_PORTS)
+    private = dict((k, bare_hosts.address[short[k]]["backend"]) for k in ENGINE_PORTS)
+    fronts = dict((short[k], "%s://%s:%d" % ("http" if k == "badkey" else "https", lan[k], p))
                   for k, p in ENGINE_PORTS.items())
-    engines = dict((short[k], "http://127.0.0.1:%d" % (p + 10000)) for k, p in ENGINE_PORTS.items())
+    engines = dict((short[k], "http://%s:%d" % (private[k], p + 10000)) for k, p in ENGINE_PORTS.items())
+    # good and badjson are the router hosts (issue 40): one address, router_vip, held by one through VRRP.
+    routers = Routers(docker_host, [good, badjson])
+    vip = bare_hosts.networks.address("lan", 250)
 
     def inventory(**badkey_vars):
         """The fleet's inventory (hosts.yml), badkey's own variables added: badkey serves burn-in weights, the
         others the stand-in hub's, so that every cross-host lookup meets a host without the others' variables
         (issue 38 item 1)."""
-        each = dict((short[k], {"llm_port": p}) for k, p in ENGINE_PORTS.items())
+        each = dict((short[k], dict(llm_port=p, llm_host=lan[k], llm_engine_host=private[k],
+                                    weights_peer_address=private[k])) for k, p in ENGINE_PORTS.items())
         each[badkey].update(BURN_IN, **badkey_vars)
-        # The router host's certificates name the machine's address on the outsider's network too (a client on
-        # the LAN asks for it by that address); badjson's front on every address (the role's default), the
-        # others on loopback.
-        each[good].update(llm_tls=True, llm_tls_names=[outsider.address])
-        each[badjson].update(llm_host="0.0.0.0")
+        each[good].update(llm_tls=True)
+        each[badjson].update(llm_tls=True, llm_host="0.0.0.0")  # the role's default
         return HostFleet(tmp_path, docker_host, bare_hosts, mirror, fpr, each=each, args=["-vvv"] + vault + client,
                          runs=runs, **fleet_vars)
 
@@ -465,7 +578,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
                       autotune_llamacpp_ubatch_sizes=[128], autotune_llamacpp_n_prompt=128,
                       autotune_llamacpp_n_gen=16, autotune_llamacpp_repetitions=1)
     fleet_vars.update(
-        groups={"llm_routers": {"hosts": {good: None}}},
+        groups={"llm_routers": {"hosts": {good: None, badjson: None}}}, router_vip=vip,
         router_port=ROUTER_PORT, router_admin_port=ROUTER_ADMIN,
         router_metrics_port=ROUTER_METRICS, router_policy="round_robin", router_health_check_interval_secs=2,
         router_cache_dir=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(tmp_path / "images")),
@@ -477,7 +590,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         bench_concurrency=[1, 3], bench_kinds=["prose"], bench_reply_tokens=16, bench_prefill_sizes=[256],
         bench_reuse_turns=2, bench_reuse_tokens=256, bench_repeats=1, bench_warmup=False, bench_progress_interval=5)
     fleet = inventory()
-    front = "https://127.0.0.1:%d" % ROUTER_PORT
+    front = "https://%s:%d" % (vip, ROUTER_PORT)
     # Batches of one host (service_serial's 25 % of three) are the roll's and the rerun's (below): the runs that
     # start the fleet, --check and the preflight failure take the service play in one batch.
     one_batch = ["-e", "service_serial=100%"]
@@ -523,8 +636,8 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     sources = re.findall(r"takes (\S+) from (\S+)", live.output)
     tuned = set(re.findall(r"\btunes ([0-9a-f]{16}) \(", flat))
     assert len(sources) == 1 and sources[0][1] == seed and len(tuned) == 2 and sources[0][0] in tuned, (sources, tuned)
-    assert live.says("fleet endpoint https://127.0.0.1:%d/v1 is now LIVE (3 of 3 hosts)" % ROUTER_PORT), live
-    assert router_workers() == sorted(engines.values())
+    assert live.says("fleet endpoint %s/v1 is now LIVE (3 of 3 hosts)" % front), live
+    assert routers.workers() == sorted(engines.values())
     # TLS at the router host's two fronts, by the CA the run made on the workstation: a client that trusts it
     # gets in, one that does not is refused at the handshake, plain HTTP is refused; the others serve plain HTTP.
     ca = tmp_path / ".gpuserve" / "tls" / "ca.crt"
@@ -534,28 +647,36 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert untrusted[0] is None and "CERTIFICATE_VERIFY_FAILED" in untrusted[1], untrusted
     trusting(str(ca))
     assert call("GET", front + "/health")[0] == 200 and call("GET", fronts[good] + "/health")[0] == 200
-    plain = call("GET", "http://127.0.0.1:%d/v1/models" % ROUTER_PORT, CI_KEY)
+    plain = call("GET", "http://%s:%d/v1/models" % (vip, ROUTER_PORT), CI_KEY)
     assert plain[0] == 400 and "use https://" in plain[1], plain
     assert call("GET", fronts[badjson] + "/v1/models", CI_KEY)[0] == 200
-    # Engines unreachable by clients (issue 36 item 1): what listens where (`ss -ltn`'s view of the machine the
-    # hosts share), and what a client in a network namespace of its own reaches at the machine's address: the
-    # fleet's front and badjson's (bound to every address) and nothing else - no engine, no router listener, no
-    # front bound to loopback.
-    engine_ports = [p + 10000 for p in ENGINE_PORTS.values()]
-    bound = dict((p, " ".join(sorted(s["address"] for s in listeners("/proc", p))))
-                 for p in engine_ports + list(ENGINE_PORTS.values()) + [ROUTER_PORT, ROUTER_ADMIN, ROUTER_METRICS])
-    assert [bound[p] for p in engine_ports] == ["127.0.0.1"] * 3, bound
-    assert [bound[p] for p in (ROUTER_ADMIN, ROUTER_METRICS)] == ["127.0.0.1"] * 2, bound
-    assert (bound[ROUTER_PORT], bound[ENGINE_PORTS["badjson"]], bound[PORT]) == ("0.0.0.0", "0.0.0.0", "127.0.0.1"), bound
-    asks = [("http", p, "GET", "/health", None) for p in engine_ports + [ROUTER_ADMIN, ROUTER_METRICS, PORT]]
-    asks += [("https", ROUTER_PORT, "GET", "/v1/models", CI_KEY), ("https", ROUTER_PORT, "GET", "/v1/models", None),
-             ("https", ROUTER_PORT, "GET", "/list_workers", CI_KEY), ("http", ROUTER_PORT, "GET", "/v1/models", CI_KEY),
-             ("http", ENGINE_PORTS["badjson"], "GET", "/v1/models", CI_KEY),
-             ("http", ENGINE_PORTS["badjson"], "GET", "/slots", CI_KEY),
-             ("http", ENGINE_PORTS["badjson"], "GET", "/metrics", CI_KEY)]
+    # Engines unreachable by clients (issue 36 item 1): what listens where on each host (`ss -ltn`'s view of its
+    # own network namespace), and what another machine on the lan reaches: each host's front and the fleet's,
+    # and nothing else - no engine (at the host's lan address nothing listens on its port; its backend address
+    # has no route from the lan), no router listener.
+    for k, p in ENGINE_PORTS.items():
+        seen = host_listeners(docker_host, short[k], [p, p + 10000], tmp_path)
+        assert seen == {p: "0.0.0.0" if k == "badjson" else lan[k], p + 10000: private[k]}, (k, seen)
+    for name in (good, badjson):
+        seen = host_listeners(docker_host, name, [ROUTER_PORT, ROUTER_ADMIN, ROUTER_METRICS], tmp_path)
+        assert seen == {ROUTER_PORT: "0.0.0.0", ROUTER_ADMIN: "127.0.0.1", ROUTER_METRICS: "127.0.0.1"}, (name, seen)
+    asks = []
+    for k, p in ENGINE_PORTS.items():
+        asks += [("http", lan[k], p + 10000, "GET", "/health", None), ("http", private[k], p + 10000, "GET", "/health", None)]
+    asks += [("http", lan[k], p, "GET", "/health", None) for k in ("good", "badjson") for p in (ROUTER_ADMIN, ROUTER_METRICS)]
+    asks += [("https", vip, ROUTER_PORT, "GET", "/v1/models", CI_KEY),
+             ("https", vip, ROUTER_PORT, "GET", "/v1/models", None),
+             ("https", vip, ROUTER_PORT, "GET", "/list_workers", CI_KEY),
+             ("http", vip, ROUTER_PORT, "GET", "/v1/models", CI_KEY),
+             ("https", lan["good"], PORT, "GET", "/v1/models", CI_KEY),
+             ("https", lan["badjson"], ENGINE_PORTS["badjson"], "GET", "/v1/models", CI_KEY),
+             ("https", private["badjson"], ENGINE_PORTS["badjson"], "GET", "/v1/models", CI_KEY),
+             ("https", lan["badjson"], ENGINE_PORTS["badjson"], "GET", "/slots", CI_KEY),
+             ("https", lan["badjson"], ENGINE_PORTS["badjson"], "GET", "/metrics", CI_KEY)]
     reached = outsider.ask(asks, cafile=str(ca))
-    assert reached == ["refused"] * 6 + [200, 401, 404, 400, 200, 404, 404], list(zip(asks, reached))
-    print("from a network of its own, at %s: %s" % (outsider.address, list(zip([a[1:4] for a in asks], reached))))
+    assert reached == ["refused", "unreachable"] * 3 + ["refused"] * 4 + [200, 401, 404, 400, 200, 200, "unreachable",
+                                                                          404, 404], list(zip(asks, reached))
+    print("from another machine on the lan: %s" % list(zip([a[1:5] for a in asks], reached)))
     # Each engine runs on its host's own daemon through the nvidia runtime the host stage registered.
     for name in engines:
         engine = json.loads(sh(docker_host, name, "docker inspect $(docker ps -q --filter label=gpuserve.llm.service)")
@@ -579,7 +700,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert "data-root" not in json.loads(sh(docker_host, good, "cat /etc/docker/daemon.json").stdout)
     assert sh(docker_host, good, "docker inspect -f '{{.State.Running}}' foreign-job").stdout.split() == ["true"]
     assert sh(docker_host, good, "docker rm -f foreign-job").returncode == 0
-    assert router_workers() == sorted(engines.values())
+    assert routers.workers() == sorted(engines.values())
 
     # Through the router: every host serves (round_robin); the fronts check the client keys, and the internal key
     # the engines hold is no client's.
@@ -592,19 +713,19 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # /v1/responses: vllm-router 0.1.17 sends no client header on it, only its own key (the internal key, from
     # its environment): straight at the router with no key, the engine is reached past its key check (llama-server
     # 0.7.0 serves no /v1/responses: 404, where a request without the key is 401).
-    status, text = call("POST", "http://127.0.0.1:%d/v1/responses" % ROUTER_ADMIN, None, {"model": "tiny", "input": "hi"})
+    status, text = routers.call("POST", ROUTER_ADMIN, "/v1/responses", {"model": "tiny", "input": "hi"})
     assert status in (200, 404), (status, text)
 
     # The admin endpoints are not reachable on the public port: a client's remove is refused.
     refused = call("POST", front + "/remove_worker?url=" + urllib.parse.quote(engines[badkey], safe=""))
     assert refused[0] == 404 and "not served here" in refused[1], refused
     assert call("GET", front + "/list_workers")[0] == 404
-    assert router_workers() == sorted(engines.values())
+    assert routers.workers() == sorted(engines.values())
     assert call("GET", front + "/health")[0] == 200
 
     # The generated requests, through good's front and the fleet's, with a valid client key: judged by what
     # arrived - the router's own counters and workers, the engines' counters, the fronts' upstream logs.
-    routed_before, served_before = _router_requests(), dict((n, _served(u)) for n, u in engines.items())
+    routed_before, served_before = routers.requests(), dict((n, _served(u)) for n, u in engines.items())
     logs_before = dict((n, sh(docker_host, n, "docker logs gpuserve-llm-front 2>&1 | wc -l").stdout.strip())
                        for n in (good,))
     tried = front_fuzz.variants(engines[badkey])
@@ -616,8 +737,8 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
             statuses[front_fuzz.send(base, method, path, CI_KEY, context=tls_context())] += 1
     assert sum(statuses.values()) == 2 * len(tried) >= 1000 and not [s for s in statuses if s is None or s >= 500], \
         statuses
-    assert _router_requests() == routed_before, (routed_before, _router_requests())
-    assert router_workers() == sorted(engines.values())  # no /remove_worker got through
+    assert routers.requests() == routed_before, (routed_before, routers.requests())
+    assert routers.workers() == sorted(engines.values())  # no /remove_worker got through
     assert dict((n, _served(u)) for n, u in engines.items()) == served_before
     for name in (good,):
         since = int(logs_before[name]) + 1
@@ -677,29 +798,29 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # The fleet's last report, as an earlier bench would have left it (one request at 0.5 tok/s, llm_parallel 1):
     # the new report shows each row against it (issue 37 item 7).
     last = {"time": "2026-01-02 03:04 UTC", "settings": {"llm_parallel": 1}, "endpoints": [
-        {"name": "fleet endpoint (%s)" % good, "prefill": [], "reuse": None,
+        {"name": "fleet endpoint (%s)" % vip, "prefill": [], "reuse": None,
          "decode": [{"kind": "prose", "requests": 1, "aggregate_tok_s": 0.5, "per_request_tok_s": 0.5, "ttft_ms": 1e6}]}]}
     (tmp_path / "reports" / "fleet" / "bench.json").write_text(json.dumps(last))
     benched = fleet.run(playbook="playbooks/bench.yml")
     assert benched.rc == 0, benched
     fleet_bench = json.loads((tmp_path / "reports" / "fleet" / "bench.json").read_text())
     [endpoint] = fleet_bench["endpoints"]
-    assert endpoint["name"] == "fleet endpoint (%s)" % good, endpoint["name"]
+    assert endpoint["name"] == "fleet endpoint (%s)" % vip, endpoint["name"]
     assert [r["requests"] for r in endpoint["decode"]] == [1, 3], endpoint["decode"]
     assert all(r["aggregate_tok_s"] > 0 for r in endpoint["decode"]), endpoint["decode"]
     one = endpoint["decode"][0]["aggregate_tok_s"]
     change = "%+.1f %%" % round((one - 0.5) * 100 / 0.5, 1)
-    assert benched.says("fleet endpoint (%s) prose x1: %s tok/s (before: 0.5, %s)" % (good, one, change)), benched
+    assert benched.says("fleet endpoint (%s) prose x1: %s tok/s (before: 0.5, %s)" % (vip, one, change)), benched
     fleet_md = (tmp_path / "reports" / "fleet" / "bench.md").read_text()
     assert "Against this host's last report (2026-01-02 03:04 UTC)" in fleet_md and "llm_parallel 1 -> 2" in fleet_md
-    assert "| fleet endpoint (%s) | prose x1 | tok/s | 0.5 | %s | %s (better) |" % (good, one, change) in fleet_md, \
+    assert "| fleet endpoint (%s) | prose x1 | tok/s | 0.5 | %s | %s (better) |" % (vip, one, change) in fleet_md, \
         fleet_md
     assert "| prose x3 |" not in fleet_md.split("## Before and after")[1]  # not in the last report: not compared
 
     targets = json.loads((tmp_path / "reports" / "prometheus-targets.json").read_text())
     assert sorted(targets[0]["targets"]) == sorted(u[len("http://"):] for u in engines.values()), targets
-    assert targets[1]["targets"] == ["127.0.0.1:%d" % ROUTER_METRICS], targets
-    assert "vllm_router_" in call("GET", "http://127.0.0.1:%d/metrics" % ROUTER_METRICS)[1]
+    assert targets[1]["targets"] == ["127.0.0.1:%d" % ROUTER_METRICS] * 2, targets
+    assert "vllm_router_" in routers.call("GET", ROUTER_METRICS, "/metrics")[1]
 
     # A rerun changes nothing on any host (as users run it: the default batches); --check says nothing would change.
     again = fleet.run()
@@ -715,7 +836,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         refused
     assert refused.says("E_CONFIG [error] %s router_port:" % good), refused
     assert refused.says("E_CONFIG [error] %s router_policy:" % good), refused
-    assert router_workers() == sorted(engines.values()) and chat()[0] == 200
+    assert routers.workers() == sorted(engines.values()) and chat()[0] == 200
 
     # An engine that fails its health gate (an image with no engine in it, put on badkey's daemon by hand):
     # E_HEALTH, the old engine started again and back in the router. A wrong client key fails verify: E_ENDPOINT.
@@ -727,7 +848,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert broken.says("E_HEALTH [error] %s " % badkey) and broken.says("passed the health gate"), broken
     assert _service(docker_host, badkey) == serving  # the same container serves; the failed one is gone
     assert call("GET", engines[badkey] + "/health")[0] == 200
-    assert router_workers() == sorted(engines.values()), broken
+    assert routers.workers() == sorted(engines.values()), broken
     wrong = fleet.run("--limit", badkey, *vaulted_dict(tmp_path, "keys-wrong.yml", "llm_client_keys", {"ci": WRONG_KEY}),
                       playbook="playbooks/verify.yml")
     assert wrong.rc != 0 and wrong.says("E_ENDPOINT"), wrong
@@ -745,7 +866,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     before = _service(docker_host, badkey)
     assert [running for _name, running, _config in before] == [False], before  # kept, for docker logs
     assert stopped.says("drained: "), stopped
-    assert router_workers() == sorted(u for n, u in engines.items() if n != badkey)
+    assert routers.workers() == sorted(u for n, u in engines.items() if n != badkey)
     assert [chat()[0] for _request in range(4)] == [200] * 4
     assert call("GET", engines[badkey] + "/health")[0] is None  # its engine is down
 
@@ -769,7 +890,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert policy.says("the IOMMU check (W_IOMMU) was not made on GPU"), policy
     assert policy.says("out of the router: %s (failed in this run)" % badkey), policy
     assert policy.says("is now LIVE (2 of 3 hosts)"), policy
-    assert router_workers() == sorted(two)
+    assert routers.workers() == sorted(two)
     fleet = inventory()
     kept = multiturn(front, two, **keys)
     assert one_host_per_conversation(kept), kept
@@ -782,7 +903,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # stopped host comes back in, its engine (started with NEW_KEY above) drained with its own key. Streams held
     # open on the host being rolled (issue 38 item 6): when the first host leaves the router, four 1,500-token
     # streams go to its own front (a client key), and its drain must count them and wait for them.
-    held = HeldOnLeave(router_workers, engines, fronts, dict((n, CI_KEY) for n in engines))
+    held = HeldOnLeave(lambda: routers.workers_of(good), engines, fronts, dict((n, CI_KEY) for n in engines))
     with StreamLoad(front, CI_KEY, "tiny", concurrency=1, max_tokens=800) as load:
         held.start()
         time.sleep(2)
@@ -803,7 +924,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert counted and int(counted.group(2) or counted.group(1)) >= 1, (held_host, counted and counted.group(0), roll)
     print("held on %s as it left the router: %d streams completed; its drain: %s" % (
         held_host, len(held_results), " ".join(counted.group(0).split())))
-    assert router_workers() == sorted(engines.values())
+    assert routers.workers() == sorted(engines.values())
     # The control: one host restarted without the drain (it does not leave the router) under a load of streams at
     # its own front: the ones in flight when its engine stops are cut.
     with StreamLoad(fronts[badjson], CI_KEY, "tiny", concurrency=2, max_tokens=800) as load:
@@ -818,6 +939,60 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert drained["failed"] == 0 and drained["completed"] > 0, drained
     assert undrained["failed"] > 0, undrained
     roll_s = time.monotonic() - started - live_s - rerun_s
+
+    # The fleet endpoint outlives its router (issue 40): streams on router_vip while the router host that holds it
+    # loses its router (`docker kill`, which no restart policy undoes), then while the new holder's whole host
+    # stops. Each time the other takes the address: the first request answered on it within 3 s of the kill,
+    # none started after that fails; the streams cut on the dead router are counted. The killed router is started
+    # again by keepalived's check and given back its workers; the stopped host, started again, loads the workers
+    # and stays BACKUP: the address does not flap.
+    [first] = routers.holder(vip)
+    with StreamLoad(front, CI_KEY, "tiny", concurrency=2, max_tokens=200) as load:
+        time.sleep(2)
+        killed_at = time.monotonic()
+        assert sh(docker_host, first, "docker kill gpuserve-router").returncode == 0
+        took = first_answer(front, CI_KEY, killed_at)
+        time.sleep(3)
+    failed_after, cut = after_move(load.outcomes(), killed_at + took)
+    [second] = routers.holder(vip)
+    assert second != first and took < 3 and failed_after == [], (first, second, took, failed_after)
+    print("router killed on %s: %s holds %s, the first request answered %.2f s after the kill; %d stream(s) cut, "
+          "none failed of those started after (%s)" % (first, second, vip, took, len(cut), load.counts()))
+    deadline = time.monotonic() + 60
+    while routers.workers() != sorted(engines.values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert routers.workers() == sorted(engines.values()), routers.workers()  # started again, its workers back
+    assert routers.holder(vip) == [second]
+    # The whole host stopped: its engine goes with it, and the router that takes the address still names that
+    # engine until its health checks mark it (router_health_check_interval_secs): the address's move is asserted,
+    # the first answer and the failures after it are measured and stated.
+    with StreamLoad(front, CI_KEY, "tiny", concurrency=2, max_tokens=200) as load:
+        time.sleep(2)
+        stopped_at = time.monotonic()
+        docker(docker_host, "stop", second)
+        moved_s = None
+        while moved_s is None and time.monotonic() - stopped_at < 10:
+            if routers.holder(vip) == [first]:
+                moved_s = time.monotonic() - stopped_at
+            time.sleep(0.1)
+        took_host = first_answer(front, CI_KEY, stopped_at, each=10)
+        time.sleep(3)
+    failed_after, cut = after_move(load.outcomes(), stopped_at + took_host)
+    assert moved_s is not None and moved_s < 3, moved_s
+    print("router host %s stopped: %s held %s %.2f s after the stop, the first request answered after %.2f s; %d "
+          "stream(s) cut, %d of those started after failed %s (%s)" % (
+              second, first, vip, moved_s, took_host, len(cut), len(failed_after), failed_after[:3], load.counts()))
+    restart_host(docker_host, bare_hosts, second)
+    deadline = time.monotonic() + 120
+    while routers.workers() != sorted(engines.values()) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert routers.workers() == sorted(engines.values()), routers.workers()
+    holders = set()
+    for _reading in range(10):  # 5 s: it came back as BACKUP, the address stays
+        holders.add(tuple(routers.holder(vip)))
+        time.sleep(0.5)
+    assert holders == {(first,)}, holders
+    assert chat()[0] == 200
 
     # stop.yml on every host: the engines leave the router, then the router and its front stop.
     down = fleet.run("-e", "router_policy=cache_aware", playbook="playbooks/stop.yml")
@@ -837,7 +1012,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
             assert not env or any(e.startswith(("LLAMA_API_KEY=", "GPUSERVE_UPSTREAM_KEY=", "GPUSERVE_ROUTER_API_KEY="))
                                   for e in env), data["Name"]
             inspected["docker inspect %s on %s" % (data["Name"], name)] = json.dumps(data)
-    assert len(inspected) == 8, sorted(inspected)  # the three engines and their fronts, the router and its front
+    assert len(inspected) == 10, sorted(inspected)  # the three engines and their fronts, two routers and their fronts
     # remove.yml: the engines' containers and the router's go; the images stay.
     removed = fleet.run(playbook="playbooks/remove.yml")
     assert removed.rc == 0 and removed.says("the fleet endpoint is down: gpuserve-router-front and gpuserve-router "
@@ -889,13 +1064,6 @@ def _status_and_retry(url, key):
             return r.status, r.headers.get("Retry-After")
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("Retry-After")
-
-
-def _router_requests():
-    """The router's own count of the requests it took, by route (its Prometheus port, on its host's loopback)."""
-    status, text = call("GET", "http://127.0.0.1:%d/metrics" % ROUTER_METRICS)
-    assert status == 200, (status, text[:200])
-    return dict(re.findall(r"^(vllm_router_requests_total\{[^}]*\}) (\S+)$", text, re.M))
 
 
 def _served(url):

@@ -181,8 +181,8 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
         assert dict((port, sorted(s["address"] for s in port_owner.listeners("/proc", port)))
                     for port in (18130, 28130)) == {18130: [gateway], 28130: ["127.0.0.1"]}
         # The front's certificate names the address it is bound to: the CA's clients verify it there.
-        assert other.ask([("https", 18130, "GET", "/v1/models", None), ("http", 28130, "GET", "/v1/models", None)],
-                         cafile=str(ca)) == [401, "refused"]
+        assert other.ask([("https", gateway, 18130, "GET", "/v1/models", None),
+                          ("http", gateway, 28130, "GET", "/v1/models", None)], cafile=str(ca)) == [401, "refused"]
 
     # A new container that fails health is removed and the old one started again, health-gated: the SSH
     # fleet's test (test_host_play.py) takes that path behind the router. Here the old one fails the gate too.

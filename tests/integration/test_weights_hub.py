@@ -26,11 +26,12 @@ HUB = dict(llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, 
 
 
 class StandIn:
-    def __init__(self, root, token):
+    def __init__(self, root, token, bind="127.0.0.1"):
         self.root = root
         self.proc = subprocess.Popen([sys.executable, os.path.join(TESTS, "hub_double", "hub_server.py"),
-                                      "--root", str(root), "--token", token], stdout=subprocess.PIPE, text=True)
-        self.url = "http://127.0.0.1:%d" % int(self.proc.stdout.readline().split()[1])
+                                      "--root", str(root), "--token", token, "--bind", bind],
+                                     stdout=subprocess.PIPE, text=True)
+        self.url = "http://%s:%d" % (bind, int(self.proc.stdout.readline().split()[1]))
 
     def control(self, path, body=None):
         data = json.dumps(body).encode() if body is not None else None

@@ -90,3 +90,190 @@ def test_a_router_host_that_is_a_worker_on_the_same_port_is_refused():
         in engine["message"]
     [same] = _findings(["llm_routers"], router_port=9000, router_metrics_port=9000)
     assert "a router host needs three different ports" in same["message"]
+
+
+def _vrrp(routers, groups=("llm_hosts", "llm_routers"), address="10.0.0.5", **settings):
+    given = dict(LLM, llm_context=LLM["llm_model_max_context"], llm_model_dense="fp8", llm_engine_port=18020)
+    given.update(dict(router_vrrp_address=address) if address else {}, **settings)
+    return [f for f in validate(given, SPECS.options, SPECS.internal, list(groups), routers=routers)[0]
+            if f["severity"] == "error"]
+
+
+def test_two_router_hosts_need_one_address_of_their_own():
+    [found] = _vrrp(["gpu1", "gpu2"])
+    assert (found["code"], found["subject"]) == ("E_CONFIG", "router_vip")
+    assert "llm_routers has 2 hosts (gpu1, gpu2): they serve one endpoint on one address, router_vip" in found["message"]
+    assert _vrrp(["gpu1"]) == []  # one router: its host's own address
+    assert _vrrp(["gpu1", "gpu2"], groups=["llm_hosts"]) == []  # judged on the router hosts
+    assert _vrrp(["gpu1", "gpu2"], router_vip="10.0.0.100") == []
+    # A play without the router role (the weights stage): its settings are judged where they are in scope.
+    assert _vrrp(["gpu1", "gpu2"], router_vip="10.0.0.100", address=None) == []
+
+
+@pytest.mark.parametrize("settings, subject, allowed", [
+    (dict(router_vip="vip.example"), "router_vip", "an IPv4 address, or empty"),
+    (dict(router_vip="fd00::100"), "router_vip", "an IPv4 address, or empty"),
+    (dict(router_vip="10.0.0.100", router_vrrp_address="gpu1.example"), "router_vrrp_address", "IPv4 address"),
+    (dict(router_vip="10.0.0.5"), "router_vip", "an address no host holds"),
+    (dict(router_vip="10.0.0.100", router_bind="10.0.0.5"), "router_bind", "0.0.0.0 or :: with router_vip"),
+    (dict(router_vip="10.0.0.100", router_vrrp_interface="eth0; reboot"), "router_vrrp_interface", "interface"),
+    (dict(router_vip="10.0.0.100", router_vrrp_id=256), "router_vrrp_id", "1 to 255"),
+    (dict(router_vip="10.0.0.100", router_vrrp_advert_secs=0), "router_vrrp_advert_secs", "0.01"),
+])
+def test_the_shared_address_settings_are_refused_in_words(settings, subject, allowed):
+    [found] = _vrrp(["gpu1", "gpu2"], **settings)
+    assert (found["code"], found["subject"]) == ("E_CONFIG", subject), found
+    assert allowed in found["message"], found["message"]
+
+
+def _keepalived(**host):
+    from jinja2 import Environment, FileSystemLoader
+    env = Environment(loader=FileSystemLoader(os.path.join(ROOT, "roles", "router", "templates")), trim_blocks=True)
+    env.filters["regex_replace"] = lambda value, pattern, repl: re.sub(pattern, repl, value)
+    values = dict(ROUTER, ansible_managed="managed", inventory_hostname="gpu1.example", router_vip="10.0.0.100",
+                  router_vrrp_address="10.0.0.5", router_vrrp_iface="eth0", router_vrrp_priority=150,
+                  router_vrrp_peers=["10.0.0.6", "10.0.0.7"])
+    values.update(host)
+    return env.get_template("keepalived.conf.j2").render(**values)
+
+
+def test_keepalived_holds_the_address_by_unicast_vrrp_and_never_takes_it_back():
+    conf = _keepalived()
+    assert "vrrp_version 3" in conf and "state BACKUP" in conf and "nopreempt" in conf
+    assert re.search(r"unicast_src_ip 10\.0\.0\.5\n\s+unicast_peer \{\n\s+10\.0\.0\.6\n\s+10\.0\.0\.7\n\s+\}", conf), conf
+    assert "10.0.0.100/32 dev eth0" in conf and "interface eth0" in conf and "priority 150" in conf
+    assert "advert_int 0.5" in conf and "virtual_router_id 51" in conf
+    assert 'script "/usr/bin/python3 /var/lib/gpuserve/router/router_vrrp_check.py /var/lib/gpuserve/router/check.json"' \
+        in conf
+    assert re.search(r"interval 1\n\s+timeout \d+\n\s+fall 1\n\s+rise 1", conf)
+    assert "track_script {\n    gpuserve_router\n  }" in conf
+    assert "router_id gpu1.example" in conf
+
+
+CHECK = os.path.join(ROOT, "roles", "router", "files", "router_vrrp_check.py")
+FAKE_DOCKER = """#!/bin/sh
+# test plumbing: docker inspect/start of the containers named in $STATE (name: 'running <started>' or 'stopped')
+state="$STATE/$3"
+case "$1" in
+  inspect) name="$4"; [ -e "$STATE/$name" ] || exit 1; set -- $(cat "$STATE/$name")
+           if [ "$1" = running ]; then echo "true $2"; else echo "false 0001-01-01T00:00:00Z"; fi ;;
+  start) echo "running started-by-check" > "$STATE/$2"; echo "$2" >> "$STATE/started.log" ;;
+esac
+"""
+
+
+class Router(object):
+    """A stand-in router's admin listener and front /health (test plumbing): /list_workers, /add_worker,
+    /remove_worker as vllm-router answers them, and /health that answers `health`."""
+
+    def __init__(self, workers, health=200):
+        import http.server
+        import threading
+        self.workers, self.health, self.calls = list(workers), health, []
+        router = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _answer(self, status, body):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/list_workers":
+                    return self._answer(200, {"urls": router.workers})
+                if self.path.endswith("/health"):  # the front's, and the workers' (healthy: w1 and w2 alone)
+                    worker = 200 if self.path.startswith(("/w1/", "/w2/")) else 503
+                    return self._answer(router.health if self.path == "/health" else worker, {})
+                return self._answer(404, {})
+
+            def do_POST(self):
+                from urllib.parse import parse_qs, urlsplit
+                parts = urlsplit(self.path)
+                url = parse_qs(parts.query)["url"][0]
+                router.calls.append((parts.path, url))
+                if parts.path == "/add_worker":
+                    router.workers.append(url)
+                elif parts.path == "/remove_worker":
+                    router.workers.remove(url)
+                return self._answer(200, {})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """A router host for the check: a fake docker on PATH, its state folder, the check's configuration."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    state.mkdir()
+    (bin_dir / "docker").write_text(FAKE_DOCKER)
+    (bin_dir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (bin_dir, os.environ["PATH"]))
+    monkeypatch.setenv("STATE", str(state))
+    for name in ("gpuserve-router", "gpuserve-router-front"):
+        (state / name).write_text("running 2026-12-03T10:00:00Z\n")
+    router = Router([])
+    config = {"containers": ["gpuserve-router", "gpuserve-router-front"], "router": "gpuserve-router",
+              "admin": router.url, "health": router.url + "/health", "cafile": "", "state_dir": str(state)}
+    (state / "check.json").write_text(json.dumps(config))
+    yield state, router
+    router.close()
+
+
+def check(state):
+    import subprocess
+    import sys
+    got = subprocess.run([sys.executable, CHECK, str(state / "check.json")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    return got.returncode, got.stderr
+
+
+def test_the_check_holds_the_address_while_the_front_answers_and_records_the_workers(host):
+    state, router = host
+    router.workers = [router.url + "/w1/", router.url + "/w2/"]
+    assert check(state) == (0, "")
+    assert json.loads((state / "workers.json").read_text()) == {
+        "started": "2026-12-03T10:00:00Z", "workers": sorted(router.workers)}
+    router.health = 503  # the router has no healthy worker: the front's /health says so
+    assert check(state)[0] == 1
+    (state / "stopped").write_text("")  # stop.yml: nothing started, no address held
+    router.health = 200
+    assert check(state)[0] == 1
+
+
+def test_a_killed_router_is_started_again_and_given_back_its_live_workers_before_it_holds_the_address(host):
+    state, router = host
+    w1, w2, w3 = router.url + "/w1/", router.url + "/w2/", router.url + "/w3/"
+    router.workers = [w1, w2, w3]
+    assert check(state)[0] == 0  # recorded: w1, w2 and w3 (w3's engine has since stopped answering)
+    (state / "gpuserve-router").write_text("stopped\n")  # docker kill: no restart policy brings it back
+    code, said = check(state)
+    assert code == 1 and "gpuserve-router was not running: started again (ok)" in said
+    assert (state / "started.log").read_text().split() == ["gpuserve-router"]
+    router.workers = [router.url + "/old/"]  # what it was started with: the workers of its first start
+    code, said = check(state)  # its container started again since the record: the workers put back first
+    assert code == 1 and "workers restored" in said, said
+    assert sorted(router.workers) == [w1, w2]  # w3 does not answer /health: not added; /old/ not recorded: out
+    assert ("/add_worker", w3) not in router.calls
+    assert ("/add_worker", w1) in router.calls and ("/remove_worker", router.url + "/old/") in router.calls
+    assert check(state)[0] == 0  # from now on it may hold the address
+    assert json.loads((state / "workers.json").read_text())["started"] == "started-by-check"
+
+
+def test_a_front_that_stopped_is_started_again_and_the_address_given_up_meanwhile(host):
+    state, router = host
+    (state / "gpuserve-router-front").write_text("stopped\n")
+    code, said = check(state)
+    assert code == 1 and "gpuserve-router-front was not running: started again" in said
+    assert check(state)[0] == 0
