@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """keepalived's check of a router host (gpuserve.llm, roles/router): exit 0 = this host may hold router_vip.
 
 Run as root every router_vrrp_check_interval seconds (vrrp_script), with the check's configuration (JSON,
