@@ -29,6 +29,8 @@ import os
 import subprocess
 import time
 
+from conftest import docker
+
 SSHD_CONFIG = """# gpuserve.llm tests (tests/integration/ssh_hosts.py)
 Port {port}
 ListenAddress {address}
@@ -60,8 +62,7 @@ class HostNetworks(object):
         self.subnet, self.gateway, self.rules = {}, {}, []
 
     def docker(self, *args, **kwargs):
-        return subprocess.run(["docker", "-H", self.docker_host] + list(args), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, check=kwargs.pop("check", True), **kwargs)
+        return docker(self.docker_host, *args, **kwargs)
 
     def __enter__(self):
         try:

@@ -409,9 +409,8 @@ class Routers(object):
     def call(self, method, port, path, body=None, host=None):
         """(status, text) of one request to 127.0.0.1:port in the host (the first router host by default); (None,
         the error) when nothing answers."""
-        got = subprocess.run(["docker", "-H", self.docker_host, "exec", "-i", host or self.hosts[0], "python3", "-c",
-                              IN_HOST_CALL], input=json.dumps([method, "http://127.0.0.1:%d%s" % (port, path), body]),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        got = docker(self.docker_host, "exec", "-i", host or self.hosts[0], "python3", "-c", IN_HOST_CALL, check=False,
+                     input=json.dumps([method, "http://127.0.0.1:%d%s" % (port, path), body]))
         if got.returncode != 0:
             return None, got.stdout  # the host is down
         return tuple(json.loads(got.stdout.strip().splitlines()[-1]))

@@ -81,20 +81,20 @@ def main(path):
     record_path = os.path.join(state, "workers.json")
     try:
         with open(record_path) as f:
-            record = json.load(f)
+            recorded = json.load(f)
     except (OSError, ValueError):
-        record = None
-    restored = bool(record) and record.get("started") != started
+        recorded = None
+    restored = bool(recorded) and recorded.get("started") != started
     if restored:
-        if not restore(config, record):
+        if not restore(config, recorded):
             return 1
-        record["started"] = started
+        record = dict(recorded, started=started)
     else:
         try:
             record = {"started": started, "workers": workers(config["admin"])}
         except (OSError, ValueError, KeyError):
             return 1
-    if not os.path.exists(record_path) or json.load(open(record_path)) != record:
+    if record != recorded:
         with open(record_path + ".new", "w") as f:
             json.dump(record, f)
         os.replace(record_path + ".new", record_path)
