@@ -1,6 +1,7 @@
 # TEST PLUMBING (not the collection's): where the test command's playbook time goes, task by task.
 """Appends one JSON line per task to the file $GPUSERVE_TASK_TIMES: the task's name (with its role), the
-play's, and its wall time (from its start to the next task's or the play's end, all hosts together).
+play's, its wall time (from its start to the next task's or the play's end, all hosts together) and the run
+(ansible-playbook's process id).
 tests/task_times.py sums them over a test run. Enabled by tests/run.sh and tests/integration/conftest.py
 (ANSIBLE_CALLBACKS_ENABLED=task_times); a run without the variable writes nothing."""
 from __future__ import annotations
@@ -38,7 +39,8 @@ class CallbackModule(CallbackBase):
         name, play, started = self._current
         self._current = None
         with open(self._path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"task": name, "play": play, "s": round(time.monotonic() - started, 3)}) + "\n")
+            f.write(json.dumps({"task": name, "play": play, "s": round(time.monotonic() - started, 3),
+                                "run": os.getpid()}) + "\n")
 
     def v2_playbook_on_play_start(self, play):
         self._close()
