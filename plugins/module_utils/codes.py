@@ -165,6 +165,12 @@ CODES = {
         "Read the engine's log on the host (docker logs gpuserve-llm-a or -b, by llm_container_name): an engine busy "
         "past 10 s a reading answers late (raise router_drain_timeout); one that hangs or restarts needs a look "
         "before the next roll."),
+    "W_ROUTER_UNREACHABLE": (
+        WARNING, "a router host of llm_routers could not be reached when a host left or joined the routers (a roll, "
+        "a stop): its router did not take the change, and the run went on without it",
+        "When the router host is back, its keepalived check puts back the workers it had recorded (those that answer); "
+        "run site.yml --tags router then, so that its router holds the fleet's workers as they are now (a host added "
+        "or removed meanwhile is not in its record)."),
     "W_AUTOTUNE_SKIPPED": (
         WARNING, "a tune is due but the engine is serving on the host; the new setup starts untuned",
         "Stop the service (playbooks/stop.yml) in a quiet hour and rerun with --tags autotune, then --tags service."),

@@ -442,17 +442,31 @@ class Routers(object):
         return [h for h in self.hosts if " %s/" % address in sh(self.docker_host, h, "ip -o -4 addr show").stdout]
 
 
-def first_answer(url, key, since, timeout=30, each=2):
-    """Seconds from `since` (time.monotonic()) until a short chat request at `url` is answered 200, asked every
-    0.1 s, each given `each` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def first_answer(url, key, since, timeout=30, each=10):
+    """(seconds from `since` (time.monotonic()) until the first short chat request at `url` was answered 200,
+    the seconds that request took). A new request starts every 0.1 s, each in its own thread and given `each` s,
+    as many clients would ask: one asked while the address moved waits on its own connection (a SYN to a host
+    that is gone is sent again only after 1 s, then 3 s), which says how long that client waited, not when the
+    address answered again."""
+    answered, lock, done = [], threading.Lock(), threading.Event()
+
+    def probe():
+        begun = time.monotonic()
         status, _text = call("POST", url + "/v1/chat/completions", key, {
             "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}, timeout=each)
+        ended = time.monotonic()
         if status == 200:
-            return time.monotonic() - since
-        time.sleep(0.1)
-    raise AssertionError("nothing answered at %s within %d s" % (url, timeout))
+            with lock:
+                answered.append((ended - since, ended - begun))
+            done.set()
+
+    deadline = time.monotonic() + timeout
+    while not done.wait(0.1) and time.monotonic() < deadline:
+        threading.Thread(target=probe, daemon=True).start()
+    with lock:
+        if not answered:
+            raise AssertionError("nothing answered at %s within %d s" % (url, timeout))
+        return min(answered)
 
 
 def after_move(outcomes, moved_at):
@@ -950,21 +964,23 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         time.sleep(2)
         killed_at = time.monotonic()
         assert sh(docker_host, first, "docker kill gpuserve-router").returncode == 0
-        took = first_answer(front, CI_KEY, killed_at)
+        took, took_one = first_answer(front, CI_KEY, killed_at)
         time.sleep(3)
     failed_after, cut = after_move(load.outcomes(), killed_at + took)
     [second] = routers.holder(vip)
     assert second != first and took < 3 and failed_after == [], (first, second, took, failed_after)
-    print("router killed on %s: %s holds %s, the first request answered %.2f s after the kill; %d stream(s) cut, "
-          "none failed of those started after (%s)" % (first, second, vip, took, len(cut), load.counts()))
+    print("router killed on %s: %s holds %s, the first request answered %.2f s after the kill (it took %.2f s); %d "
+          "stream(s) cut, none failed of those started after (%s)" % (
+              first, second, vip, took, took_one, len(cut), load.counts()))
     deadline = time.monotonic() + 60
     while routers.workers() != sorted(engines.values()) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert routers.workers() == sorted(engines.values()), routers.workers()  # started again, its workers back
     assert routers.holder(vip) == [second]
-    # The whole host stopped: its engine goes with it, and the router that takes the address still names that
-    # engine until its health checks mark it (router_health_check_interval_secs): the address's move is asserted,
-    # the first answer and the failures after it are measured and stated.
+    # The whole host stopped: its engine goes with it. The router that takes the address still names that engine
+    # until its health checks mark it: a request it sends there (cache_aware sends a prompt to the worker that
+    # holds its prefix) is retried on another about 1 s later. The goal is the first answer within 3 s (2.5-2.8 s
+    # with the test alone on 2 cores); the bound leaves room for a CI machine's load, and the figure is printed.
     with StreamLoad(front, CI_KEY, "tiny", concurrency=2, max_tokens=200) as load:
         time.sleep(2)
         stopped_at = time.monotonic()
@@ -974,13 +990,23 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
             if routers.holder(vip) == [first]:
                 moved_s = time.monotonic() - stopped_at
             time.sleep(0.1)
-        took_host = first_answer(front, CI_KEY, stopped_at, each=10)
+        took_host, took_one = first_answer(front, CI_KEY, stopped_at)
         time.sleep(3)
     failed_after, cut = after_move(load.outcomes(), stopped_at + took_host)
-    assert moved_s is not None and moved_s < 3, moved_s
-    print("router host %s stopped: %s held %s %.2f s after the stop, the first request answered after %.2f s; %d "
-          "stream(s) cut, %d of those started after failed %s (%s)" % (
-              second, first, vip, moved_s, took_host, len(cut), len(failed_after), failed_after[:3], load.counts()))
+    assert moved_s is not None and moved_s < 3 and took_host < 4 and failed_after == [], (
+        moved_s, took_host, failed_after)
+    print("router host %s stopped: %s held %s %.2f s after the stop, the first request answered %.2f s after the "
+          "stop (it took %.2f s); %d stream(s) cut, none failed of those started after (%s)" % (
+              second, first, vip, moved_s, took_host, took_one, len(cut), load.counts()))
+    # A roll goes on while a router host is down: badkey leaves and rejoins the router that answers, and the one
+    # that does not is named (W_ROUTER_UNREACHABLE), not a stop of the run.
+    rolled = fleet.run("--limit", badkey, "-e", "llm_context=3072", "-e", "router_policy=cache_aware",
+                       playbook="playbooks/restart.yml")
+    assert rolled.rc == 0 and rolled.says("is now LIVE! on port %d" % ENGINE_PORTS["badkey"]), rolled
+    for verb in ("take the host out of it", "put the host back into it"):
+        assert rolled.says("W_ROUTER_UNREACHABLE [warning] %s %s: its router could not be reached to %s"
+                           % (badkey, second, verb)), (verb, rolled)
+    assert routers.workers_of(first) == sorted(engines.values()), routers.workers_of(first)
     restart_host(docker_host, bare_hosts, second)
     deadline = time.monotonic() + 120
     while routers.workers() != sorted(engines.values()) and time.monotonic() < deadline:

@@ -142,7 +142,7 @@ def test_keepalived_holds_the_address_by_unicast_vrrp_and_never_takes_it_back():
     assert "vrrp_version 3" in conf and "state BACKUP" in conf and "nopreempt" in conf
     assert re.search(r"unicast_src_ip 10\.0\.0\.5\n\s+unicast_peer \{\n\s+10\.0\.0\.6\n\s+10\.0\.0\.7\n\s+\}", conf), conf
     assert "10.0.0.100/32 dev eth0" in conf and "interface eth0" in conf and "priority 150" in conf
-    assert "advert_int 0.5" in conf and "virtual_router_id 51" in conf
+    assert "advert_int 0.3" in conf and "virtual_router_id 51" in conf
     assert 'script "/usr/bin/python3 /var/lib/gpuserve/router/router_vrrp_check.py /var/lib/gpuserve/router/check.json"' \
         in conf
     assert re.search(r"interval 1\n\s+timeout \d+\n\s+fall 1\n\s+rise 1", conf)
