@@ -10,6 +10,7 @@ __metaclass__ = type
 
 import hashlib
 import os
+import re
 
 from ansible.errors import AnsibleFilterError
 
@@ -75,14 +76,23 @@ def fleet_url(port, host="0.0.0.0", address="", tls=False):
 def patch_series(directory):
     """The patch series in a folder, in order: a `series` file names it, else the *.patch names sorted.
 
-    Returns {"patches": [{"name", "path", "sha256"}], "sha256": hash of the names and contents in order}.
+    Returns {"patches": [{"name", "path", "sha256"}], "sha256": hash of the names and contents in order,
+    "version": the engine version the series file declares ('# version: X'), else ''}.
     """
     if not directory or not os.path.isdir(directory):
-        return {"patches": [], "sha256": hashlib.sha256(b"").hexdigest()}
+        return {"patches": [], "sha256": hashlib.sha256(b"").hexdigest(), "version": ""}
     series = os.path.join(directory, "series")
+    version = ""
     if os.path.exists(series):
         with open(series) as f:
-            names = [line.split("#")[0].strip() for line in f if line.split("#")[0].strip()]
+            lines = f.read().splitlines()
+        names = [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+        # The engine version the series is written for: a comment line `# version: 0.26.0` (a pulled image's
+        # installed package is checked against it before the series is applied).
+        for line in lines:
+            m = re.match(r"^#\s*version:\s*(\S+)\s*$", line.strip())
+            if m:
+                version = m.group(1)
     else:
         names = sorted(n for n in os.listdir(directory) if n.endswith((".patch", ".diff")))
     total = hashlib.sha256()
@@ -95,7 +105,7 @@ def patch_series(directory):
             data = f.read()
         total.update(name.encode() + b"\0" + data + b"\0")
         patches.append({"name": name, "path": path, "sha256": hashlib.sha256(data).hexdigest()})
-    return {"patches": patches, "sha256": total.hexdigest()}
+    return {"patches": patches, "sha256": total.hexdigest(), "version": version}
 
 
 def serving_engine(container, engine=""):

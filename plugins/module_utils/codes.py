@@ -111,8 +111,15 @@ CODES = {
         ERROR, "the engine image could not be pulled",
         "Check the image reference and digest and that the host reaches the registry, or load the image from the workstation."),
     "E_PATCH": (
-        ERROR, "a patch of the series does not apply (named)",
-        "Rebase the named patch onto the pinned commit, or pin the commit the series was written for."),
+        ERROR, "a patch of the series does not apply (the patch named, and the file for a pulled image's package)",
+        "Rebase the named patch onto the pinned commit or the pulled image's package, or pin the commit or image the "
+        "series was written for (image_pull_patches: false runs a pulled image as it is)."),
+    "E_PATCH_VERSION": (
+        ERROR, "the patch series is written for another engine version than the pulled image holds (both named), "
+        "or declares none",
+        "Pin llm_image to an image of the version the series names, or rework the series for the image's version "
+        "and change its '# version:' line in patches/<engine>/series; image_pull_patches: false runs the image as "
+        "it is."),
     "E_BUILD": (
         ERROR, "the engine build failed (log end)",
         "Read the end of the build log shown and the full log on the host; fix the cause and rerun the image stage."),
