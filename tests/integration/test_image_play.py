@@ -1,11 +1,17 @@
 """`site.yml --tags image`: the engine image pulled by digest from a real local registry, verified,
-not pulled again on a rerun, E_IMAGE when the digest is wrong, nothing pulled in check mode."""
+not pulled again on a rerun, E_IMAGE when the digest is wrong, nothing pulled in check mode; a pulled
+vLLM 0.26.0 with the collection's patch series in a derived image."""
+import glob
 import io
+import json
 import os
 import re
+import shutil
 import subprocess
+import sys
 import tarfile
 import time
+import zipfile
 
 import pytest
 
@@ -39,8 +45,9 @@ def pushed_image(registry, docker_host):
 def test_pull_by_digest_verified_then_nothing_on_rerun(fleet, pushed_image, docker_host):
     repo, digest = pushed_image
     ref = "%s@%s" % (repo, digest)
-    fleet.host("gpu1", "rtxpro6000x4-healthy.json", llm_image=ref)
-    fleet.host("gpu2", "rtxpro6000x4-healthy.json", llm_image=ref)
+    # A stand-in with no engine in it: run as pulled (the derived image with the series: tests below).
+    fleet.host("gpu1", "rtxpro6000x4-healthy.json", llm_image=ref, image_pull_patches=False)
+    fleet.host("gpu2", "rtxpro6000x4-healthy.json", llm_image=ref, image_pull_patches=False)
     first = fleet.run("site.yml", "--tags", "image")
     assert first.rc == 0, first
     assert first.says("%s is sha256:" % ref) and first.says("(pulled now)"), first
@@ -53,7 +60,7 @@ def test_pull_by_digest_verified_then_nothing_on_rerun(fleet, pushed_image, dock
 def test_check_mode_says_what_would_be_pulled_and_pulls_nothing(fleet, pushed_image, docker_host):
     repo, digest = pushed_image
     ref = "%s@%s" % (repo, digest)
-    fleet.host("gpu1", "rtxpro6000x4-healthy.json", llm_image=ref)
+    fleet.host("gpu1", "rtxpro6000x4-healthy.json", llm_image=ref, image_pull_patches=False)
     result = fleet.run("site.yml", "--tags", "image", "--check")
     assert result.rc == 0, result
     assert result.says("would pull %s (check mode: nothing changed)" % ref), result
@@ -63,12 +70,177 @@ def test_check_mode_says_what_would_be_pulled_and_pulls_nothing(fleet, pushed_im
 def test_a_digest_the_registry_does_not_have_is_e_image(fleet, pushed_image, docker_host):
     repo = pushed_image[0]
     wrong = "%s@sha256:%s" % (repo, "0" * 64)
-    fleet.host("gpu1", "rtxpro6000x4-healthy.json", llm_image=wrong)
+    fleet.host("gpu1", "rtxpro6000x4-healthy.json", llm_image=wrong, image_pull_patches=False)
     result = fleet.run("site.yml", "--tags", "image")
     assert result.rc == 2, result
     assert result.says("E_IMAGE [error] gpu1 %s: pulling %s" % (wrong, wrong)), result
     assert result.says("Fix: Check the image reference and digest")
     assert result.recap["gpu1"]["failed"] == 1
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VLLM_PATCHES = os.path.join(ROOT, "patches", "vllm")
+VLLM_VERSION = "0.26.0"
+# Where the test-host image's python3 (Debian 12: 3.11) finds a package pip would install.
+SITE = "usr/local/lib/python3.11/dist-packages"
+
+
+def vllm_wheel():
+    """vLLM 0.26.0's wheel (304 MB), downloaded once with pip (no dependencies) and kept under .work/ by version."""
+    cache = os.path.join(ROOT, ".work", "engine-wheels", "vllm-" + VLLM_VERSION)
+    found = glob.glob(os.path.join(cache, "vllm-%s-*.whl" % VLLM_VERSION))
+    if not found:
+        os.makedirs(cache, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+                        "--only-binary=:all:", "vllm==" + VLLM_VERSION, "-d", cache], check=True)
+        found = glob.glob(os.path.join(cache, "vllm-%s-*.whl" % VLLM_VERSION))
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def vllm_pulled(registry, docker_host, tmp_path_factory):
+    """A registry image holding vLLM 0.26.0's own installed package - the files the series patches and the
+    dist-info (METADATA: the version importlib.metadata reads), byte for byte from the wheel, in the site-packages
+    of the test-host image's python3 - pushed and removed from the daemon: (repo, digest)."""
+    patched = set()
+    for name in os.listdir(VLLM_PATCHES):
+        if name.endswith(".patch"):
+            with open(os.path.join(VLLM_PATCHES, name)) as f:
+                patched.update(re.findall(r"^diff --git a/(\S+) b/", f.read(), re.M))
+    context = tmp_path_factory.mktemp("vllm-image")
+    with zipfile.ZipFile(vllm_wheel()) as wheel, tarfile.open(str(context / "site.tar"), "w") as tar:
+        for member in wheel.namelist():
+            if member in patched or member.startswith("vllm-%s.dist-info/" % VLLM_VERSION):
+                data = wheel.read(member)
+                info = tarfile.TarInfo(member)
+                info.size, info.mode = len(data), 0o644
+                tar.addfile(info, io.BytesIO(data))
+    base = os.environ.get("GPUSERVE_TESTHOST_IMAGE") or subprocess.run(
+        [os.path.join(ROOT, "tests", "testbed", "images.sh")], env=dict(os.environ, DOCKER_HOST=docker_host),
+        stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    (context / "Dockerfile").write_text("FROM %s\nADD site.tar /%s/\n" % (base, SITE))
+    repo = "%s/gpuserve-test/vllm-%s" % (registry, VLLM_VERSION)
+    tag = "%s:t%d" % (repo, int(time.time() * 1000))
+    docker(docker_host, "build", "-q", "-t", tag, str(context))
+    pushed = docker(docker_host, "push", tag).stdout
+    digest = [w for w in pushed.split() if w.startswith("sha256:")][-1]
+    docker(docker_host, "rmi", tag)
+    yield repo, digest
+    docker(docker_host, "rmi", "-f", "%s@%s" % (repo, digest), check=False)
+
+
+# vLLM's MediaConnector._load_data_url as the image holds it, run in a container of the image: its source taken
+# from the installed connector.py (importlib.metadata finds it) and run alone, over a stand-in of the image reader.
+# vLLM's server answers a ValueError with 400 and its text, a NotImplementedError with 501.
+DATA_URL_CHECK = r"""
+import ast, json, sys
+from importlib import metadata
+path = metadata.distribution("vllm").locate_file("vllm/multimodal/media/connector.py")
+tree = ast.parse(open(str(path)).read())
+cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MediaConnector")
+fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_load_data_url")
+fn.returns = None
+for a in fn.args.args:
+    a.annotation = None
+class ImageMediaIO:
+    def load_base64(self, media_type, data):
+        return ["loaded", media_type, data]
+ns = {"_DATA_URL_KINDS": {ImageMediaIO: "image"}}
+exec(compile(ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[])), str(path), "exec"), ns)
+out = {"version": metadata.version("vllm")}
+for url in sys.argv[1:]:
+    try:
+        out[url] = ns["_load_data_url"](None, url, ImageMediaIO())
+    except Exception as e:
+        out[url] = [type(e).__name__, str(e)]
+print(json.dumps(out))
+"""
+NO_BASE64, OTHER_PARAM, GOOD = "data:image/png,AAAA", "data:image/png;charset=utf-8,AAAA", "data:image/png;base64,AAAA"
+
+
+def data_urls(docker_host, image):
+    out = docker(docker_host, "run", "--rm", "--network", "none", image, "python3", "-c", DATA_URL_CHECK,
+                 NO_BASE64, OTHER_PARAM, GOOD).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_a_pulled_vllm_gets_the_series_in_a_derived_image(fleet, vllm_pulled, docker_host, tmp_path):
+    repo, digest = vllm_pulled
+    ref = "%s@%s" % (repo, digest)
+    series = tmp_path / "series"
+    shutil.copytree(VLLM_PATCHES, str(series))  # the real series, copied: the test changes it below
+    built = "gpuserve-test/vllm-%d" % int(time.time() * 1000)
+    fleet.host("gpu1", "rtxpro6000x4-healthy.json", llm_image=ref, image_patch_dir=str(series), image_build_repo=built)
+    first = fleet.run("site.yml", "--tags", "image")
+    assert first.rc == 0, first
+    tags = docker(docker_host, "images", "--format", "{{.Repository}}:{{.Tag}}", built).stdout.split()
+    assert len(tags) == 1 and tags[0].startswith("%s:pulled-%s-" % (built, digest[7:19])), (tags, first)
+    derived = tags[0]
+    labels = json.loads(docker(docker_host, "image", "inspect", "--format", "{{json .Config.Labels}}", derived).stdout)
+    assert labels["gpuserve.llm.base"] == ref and labels["gpuserve.llm.base-digest"] == digest
+    assert derived.endswith("-" + labels["gpuserve.llm.patches"][:12])
+    assert labels["gpuserve.llm.series"].split() == sorted(n for n in os.listdir(VLLM_PATCHES) if n.endswith(".patch"))
+    assert labels["gpuserve.llm.engine-version"] == VLLM_VERSION
+    assert first.says("%s is sha256:" % derived) and first.says("(built now from %s, pulled now, with 0001-" % ref), first
+    # The bad request, through the derived image's own code: a data URL without ;base64 is a 400 that says what
+    # is wrong, one with ;charset= where ;base64 belongs a 400 (was a 501); the pulled image as it was, unpatched.
+    form = ["ValueError", "A media data URL must have the form data:<media type>;base64,<base64 data>."]
+    assert data_urls(docker_host, derived) == {"version": VLLM_VERSION, NO_BASE64: form, OTHER_PARAM: form,
+                                               GOOD: ["loaded", "image/png", "AAAA"]}
+    assert data_urls(docker_host, ref) == {
+        "version": VLLM_VERSION, NO_BASE64: ["ValueError", "not enough values to unpack (expected 2, got 1)"],
+        OTHER_PARAM: ["NotImplementedError", "Only base64 data URLs are supported for now."],
+        GOOD: ["loaded", "image/png", "AAAA"]}
+    second = fleet.run("site.yml", "--tags", "image")
+    assert second.rc == 0 and second.says("%s is sha256:" % derived) and second.says("(already here)"), second
+    assert second.recap["gpu1"]["changed"] == 0, second
+    # A changed series is a new image: check mode says so and builds nothing; the run builds it.
+    (series / "series").write_text((series / "series").read_text().replace(
+        "0003-malformed-data-urls-and-frameless-videos-are-client-errors.patch", ""))
+    check = fleet.run("site.yml", "--tags", "image", "--check")
+    assert check.rc == 0 and check.says("would build %s:pulled-%s-" % (built, digest[7:19])), check
+    assert check.says("with the patch series (check mode: nothing changed)"), check
+    assert docker(docker_host, "images", "-q", built).stdout.split() == \
+        [docker(docker_host, "image", "inspect", "--format", "{{.Id}}", derived).stdout.strip()[7:19]]
+    third = fleet.run("site.yml", "--tags", "image")
+    assert third.rc == 0 and third.says("(built now from %s, with 0001-" % ref), third
+    now = [t for t in docker(docker_host, "images", "--format", "{{.Repository}}:{{.Tag}}", built)
+           .stdout.split() if t != derived]
+    assert len(now) == 1 and data_urls(docker_host, now[0])[NO_BASE64][1].startswith("not enough values"), third
+    docker(docker_host, "rmi", derived, now[0], check=False)
+
+
+def test_a_series_that_does_not_fit_the_pulled_vllm_stops_before_any_container(fleet, vllm_pulled, docker_host,
+                                                                               tmp_path):
+    repo, digest = vllm_pulled
+    ref = "%s@%s" % (repo, digest)
+    stale, other = tmp_path / "stale", tmp_path / "other-version"
+    shutil.copytree(VLLM_PATCHES, str(stale))
+    shutil.copytree(VLLM_PATCHES, str(other))
+    # A fourth patch whose context the installed connector.py does not have.
+    (stale / "0004-stale.patch").write_text(
+        "diff --git a/vllm/multimodal/media/connector.py b/vllm/multimodal/media/connector.py\n"
+        "--- a/vllm/multimodal/media/connector.py\n+++ b/vllm/multimodal/media/connector.py\n"
+        "@@ -300,3 +300,3 @@\n         url: str,\n-        media_io: NotThere,\n+        media_io: MediaIO,\n     ) -> _M:\n")
+    (stale / "series").write_text((stale / "series").read_text() + "0004-stale.patch\n")
+    (other / "series").write_text((other / "series").read_text().replace("# version: 0.26.0", "# version: 0.25.1"))
+    fleet.host("gpu1", "rtxpro6000x4-healthy.json", llm_image=ref, image_patch_dir=str(stale),
+               image_build_repo="gpuserve-test/vllm-stale")
+    fleet.host("gpu2", "rtxpro6000x4-healthy.json", llm_image=ref, image_patch_dir=str(other),
+               image_build_repo="gpuserve-test/vllm-other")
+    result = fleet.run("site.yml", "--tags", "image")
+    assert result.rc == 2 and result.recap["gpu1"]["failed"] == 1 and result.recap["gpu2"]["failed"] == 1, result
+    assert result.says("E_PATCH [error] gpu1 0004-stale.patch: patch 0004-stale.patch (number 4 of the series) does "
+                       "not apply to vllm/multimodal/media/connector.py: hunk 1 of 1 (@@ -300,3 +300,3 @@) matches no "
+                       "lines of the installed file"), result
+    assert result.says("Fix: Rebase the named patch"), result
+    assert result.says("E_PATCH_VERSION [error] gpu2 vllm: the series is for vllm 0.25.1; the image holds vllm "
+                       "0.26.0"), result
+    for repo_name in ("gpuserve-test/vllm-stale", "gpuserve-test/vllm-other"):
+        assert not docker(docker_host, "images", "-q", repo_name).stdout.strip(), result
+    # Nothing was left running or stopped from the pulled image (the failed build's container is removed).
+    base_id = docker(docker_host, "image", "inspect", "--format", "{{.Id}}", ref).stdout.strip()
+    assert not docker(docker_host, "ps", "-a", "-q", "--filter", "ancestor=" + base_id).stdout.strip(), result
 
 
 def test_llamacpp_image_from_debian_packages_built_once_and_named_by_version(fleet, docker_host, tmp_path):
@@ -226,9 +398,9 @@ def test_hosts_without_a_registry_load_the_copy_saved_through_the_workstation(fl
     import_tiny_image(docker_host, ref, "an engine no registry has\n")
     cache = tmp_path / "saved"
     fleet.host("first", "rtxpro6000x4-healthy.json", llm_image=ref, image_distribute="workstation",
-               image_distribute_cache=str(cache))
+               image_distribute_cache=str(cache), image_pull_patches=False)
     fleet.host("second", "rtxpro6000x4-healthy.json", llm_image=ref, image_distribute="workstation",
-               image_distribute_cache=str(cache), llm_docker_host=second_daemon)
+               image_distribute_cache=str(cache), llm_docker_host=second_daemon, image_pull_patches=False)
     result = fleet.run("site.yml", "--tags", "image")
     assert result.rc == 0, result
     assert result.says("(loaded from the copy saved on first)"), result
