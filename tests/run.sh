@@ -164,6 +164,7 @@ join_background() {  # join_background STREAM: wait for it; print its logs and i
     echo "=== ${names[$i]} (ran in the background)"
     cat "$dir/$i.log"
     read -r code secs < "$dir/$i.rc"
+    [[ $code == 0 ]] || recap "${names[$i]}" "$dir/$i.log"
     ended "${names[$i]}" "$secs" "$code"
   done
   rm -rf "$dir"
@@ -180,7 +181,24 @@ kill_tree() {  # kill_tree PID...: the processes and everything they started
   kill "${all[@]}" 2>/dev/null || true
 }
 
+# A failed run's tail names what failed: the lines of a failed phase's log that say which test and
+# why (pytest's short summary and assertion lines, molecule's failed task), printed again before
+# the phase lines - the log itself may be thousands of lines above.
+RECAP=$(mktemp)
+recap() {  # recap NAME LOG: what NAME's log says of its failure, kept for the summary
+  { echo "--- ${1}"
+    grep -E '^(FAILED|ERROR) |^E  |pytest collected no tests|^fatal: |^failed: |=== molecule .* failed' "$2" \
+      | cut -c1-400 | tail -n 60 || true; } >> "$RECAP"
+}
+
+logged() {  # logged LOG COMMAND...: its output shown and kept in LOG; its rc (pipefail)
+  local log=$1
+  shift
+  "$@" 2>&1 | tee "$log"
+}
+
 summary() {
+  if [[ -s $RECAP ]]; then echo "=== what failed (again, from each failed phase's log)"; cat "$RECAP"; fi
   echo "=== phases"
   printf '%s\n' "${PHASES[@]}"
   echo "total $((SECONDS - T0))s"
@@ -296,6 +314,13 @@ together "llama.cpp root (debootstrap from Debian's packages, kept by version)" 
   -- "front root (debootstrap: nginx, its JavaScript module; kept by version)" \
     debian_root gpuserve-front nginx front_debian_packages roles/front/defaults/main.yml
 inputs_key
+if [[ ${GPUSERVE_TEST_SETUP_ONLY:-0} == 1 ]]; then  # a developer's machine made ready, no check run
+  echo "set up; to run a test file by hand: these, then .venv/bin/python -m pytest FILE (it starts the test bed's daemon)"
+  printf 'export %s\n' "GPUSERVE_TEST_IMAGE_CACHE=$GPUSERVE_TEST_IMAGE_CACHE" \
+    "GPUSERVE_TESTHOST_IMAGE=$GPUSERVE_TESTHOST_IMAGE"
+  summary
+  exit 0
+fi
 
 check_phase "yamllint" .venv/bin/yamllint -s .
 check_phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh tests/gpu/*/*.sh scripts/*.sh .ci/run
@@ -343,8 +368,9 @@ for f in "${PLAYBOOKS_BESIDE[@]}"; do FOREGROUND+=("--ignore=$f"); done
 # Every stream is waited for and printed, a failed one or not; the first failure's rc is the run's.
 RC=0
 FG_NAME="pytest playbooks, $PLAYBOOK_CORE"
-cached "$FG_NAME" || run_phase "$FG_NAME" task_timed foreground run_pytest "$PLAYBOOK_VENV" --durations=25 \
-  "${FOREGROUND[@]}" || RC=$?
+FG_LOG=$(mktemp)
+cached "$FG_NAME" || run_phase "$FG_NAME" logged "$FG_LOG" task_timed foreground run_pytest "$PLAYBOOK_VENV" \
+  --durations=25 "${FOREGROUND[@]}" || { RC=$?; recap "$FG_NAME" "$FG_LOG"; }
 for stream in checks molecule; do
   join_background "$stream" || { code=$?; [[ $RC != 0 ]] || RC=$code; }
 done
