@@ -59,6 +59,14 @@ options:
     description: Seconds for each request (an add waits for the worker's health inside the router).
     type: int
     default: 180
+  evicted_file:
+    description:
+      - The router host's note of the workers keepalived's check took out of the router when the host took
+        C(router_vip) because they did not answer (C(evicted.json) in C(router_vrrp_state_dir)); the check puts them
+        back when they answer again.
+      - The workers this task names (O(present), O(absent); with O(exact), every one) are dropped from the note, so
+        the check never puts back a worker the plays took out. Written by root; a missing file is an empty note.
+    type: path
 """
 
 EXAMPLES = r"""
@@ -92,6 +100,11 @@ removed:
   returned: always
   type: list
   elements: str
+evicted_forgotten:
+  description: Workers dropped from O(evicted_file) (not in check mode).
+  returned: when a router answered, not in check mode
+  type: list
+  elements: str
 answered:
   description: Whether a router answered at O(url).
   returned: always
@@ -106,7 +119,9 @@ total_workers:
   type: int
 """
 
+import fcntl
 import json
+import os
 import time
 
 from urllib.parse import quote
@@ -144,6 +159,26 @@ def readiness(url, timeout):
     return int(body.get("healthy_workers", 0)), int(body.get("total_workers", 0))
 
 
+def forget_evicted(path, urls, every):
+    """Drops urls (every one with every) from keepalived's check's note of evicted workers, under its lock;
+    the list dropped."""
+    if not path or not os.path.exists(path):
+        return []
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with open(path) as f:
+            try:
+                noted = json.load(f)
+            except ValueError:
+                noted = []
+        dropped = [u for u in noted if every or u in urls]
+        if dropped:
+            with open(path + ".new", "w") as f:
+                json.dump([u for u in noted if u not in dropped], f)
+            os.replace(path + ".new", path)
+    return dropped
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -154,6 +189,7 @@ def main():
             missing_ok=dict(type="bool", default=False),
             wait_healthy=dict(type="int", default=0),
             timeout=dict(type="int", default=180),
+            evicted_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -195,6 +231,8 @@ def main():
         after = listed(url, 30)
     except RouterError as e:
         module.fail_json(msg="E_ROUTER: %s" % e, **result)
+    result["evicted_forgotten"] = forget_evicted(module.params["evicted_file"], set(wanted) | set(unwanted),
+                                                 module.params["exact"])
     module.exit_json(workers=after, healthy_workers=healthy, total_workers=total, **result)
 
 

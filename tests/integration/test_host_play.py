@@ -977,10 +977,10 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         time.sleep(0.5)
     assert routers.workers() == sorted(engines.values()), routers.workers()  # started again, its workers back
     assert routers.holder(vip) == [second]
-    # The whole host stopped: its engine goes with it. The router that takes the address still names that engine
-    # until its health checks mark it: a request it sends there (cache_aware sends a prompt to the worker that
-    # holds its prefix) is retried on another about 1 s later. The goal is the first answer within 3 s (2.5-2.8 s
-    # with the test alone on 2 cores); the bound leaves room for a CI machine's load, and the figure is printed.
+    # The whole host stopped: its engine goes with it. The router host that takes the address takes out of its
+    # router the workers that do not answer (keepalived's notify_master), or the router would send that engine
+    # requests until its own health checks mark it (each retried elsewhere about 1 s later: the first answer
+    # came 2.5-2.8 s after the stop without this). The goal: the first answer within 3 s of the stop.
     with StreamLoad(front, CI_KEY, "tiny", concurrency=2, max_tokens=200) as load:
         time.sleep(2)
         stopped_at = time.monotonic()
@@ -993,8 +993,10 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         took_host, took_one = first_answer(front, CI_KEY, stopped_at)
         time.sleep(3)
     failed_after, cut = after_move(load.outcomes(), stopped_at + took_host)
-    assert moved_s is not None and moved_s < 3 and took_host < 4 and failed_after == [], (
-        moved_s, took_host, failed_after)
+    assert moved_s is not None and moved_s < 3 and took_host < 3 and failed_after == [], (
+        moved_s, took_host, took_one, failed_after)
+    live_engines = sorted(u for h, u in engines.items() if h != second)
+    assert routers.workers_of(first) == live_engines, routers.workers_of(first)  # the stopped host's engine out
     print("router host %s stopped: %s held %s %.2f s after the stop, the first request answered %.2f s after the "
           "stop (it took %.2f s); %d stream(s) cut, none failed of those started after (%s)" % (
               second, first, vip, moved_s, took_host, took_one, len(cut), load.counts()))
@@ -1006,8 +1008,8 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     for verb in ("take the host out of it", "put the host back into it"):
         assert rolled.says("W_ROUTER_UNREACHABLE [warning] %s %s: its router could not be reached to %s"
                            % (badkey, second, verb)), (verb, rolled)
-    assert routers.workers_of(first) == sorted(engines.values()), routers.workers_of(first)
-    restart_host(docker_host, bare_hosts, second)
+    assert routers.workers_of(first) == live_engines, routers.workers_of(first)
+    restart_host(docker_host, bare_hosts, second)  # its engine answers again: put back by the check
     deadline = time.monotonic() + 120
     while routers.workers() != sorted(engines.values()) and time.monotonic() < deadline:
         time.sleep(1)

@@ -170,6 +170,7 @@ class Router(object):
         import http.server
         import threading
         self.workers, self.health, self.calls = list(workers), health, []
+        self.answering = {"/w1/", "/w2/"}  # the workers whose /health is 200
         router = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -186,8 +187,8 @@ class Router(object):
             def do_GET(self):
                 if self.path == "/list_workers":
                     return self._answer(200, {"urls": router.workers})
-                if self.path.endswith("/health"):  # the front's, and the workers' (healthy: w1 and w2 alone)
-                    worker = 200 if self.path.startswith(("/w1/", "/w2/")) else 503
+                if self.path.endswith("/health"):  # the front's, and the workers' (healthy: router.answering)
+                    worker = 200 if self.path.startswith(tuple(router.answering)) else 503
                     return self._answer(router.health if self.path == "/health" else worker, {})
                 return self._answer(404, {})
 
@@ -231,10 +232,10 @@ def host(tmp_path, monkeypatch):
     router.close()
 
 
-def check(state):
+def check(state, *event):
     import subprocess
     import sys
-    got = subprocess.run([sys.executable, CHECK, str(state / "check.json")], stdout=subprocess.PIPE,
+    got = subprocess.run([sys.executable, CHECK, str(state / "check.json")] + list(event), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, timeout=60, check=False)
     return got.returncode, got.stderr
 
@@ -277,3 +278,58 @@ def test_a_front_that_stopped_is_started_again_and_the_address_given_up_meanwhil
     code, said = check(state)
     assert code == 1 and "gpuserve-router-front was not running: started again" in said
     assert check(state)[0] == 0
+
+
+def test_keepalived_takes_out_the_dead_workers_when_it_takes_the_address():
+    assert 'notify_master "/usr/bin/python3 /var/lib/gpuserve/router/router_vrrp_check.py ' \
+        '/var/lib/gpuserve/router/check.json master"' in _keepalived()
+
+
+def test_on_taking_the_address_the_workers_that_do_not_answer_go_out_and_come_back_when_they_answer(host):
+    state, router = host
+    w1, w2, w3 = router.url + "/w1/", router.url + "/w2/", router.url + "/w3/"
+    router.workers = [w1, w2, w3]
+    assert check(state)[0] == 0
+    code, said = check(state, "master")  # w3's host stopped with the router host that held the address
+    assert code == 0 and "took out the workers that did not answer in 0.5 s: %s" % w3 in said, said
+    assert sorted(router.workers) == [w1, w2] and router.calls == [("/remove_worker", w3)]
+    assert json.loads((state / "evicted.json").read_text()) == [w3]
+    assert check(state) == (0, "")  # still dead: noted, not put back; the record keeps it for a router started again
+    assert json.loads((state / "workers.json").read_text())["workers"] == [w1, w2, w3]
+    router.answering.add("/w3/")  # its host is back
+    code, said = check(state)
+    assert code == 0 and "answering again, put back: %s" % w3 in said, said
+    assert sorted(router.workers) == [w1, w2, w3] and json.loads((state / "evicted.json").read_text()) == []
+    assert check(state, "master") == (0, "")  # every worker answers: nothing taken out
+
+
+def test_a_worker_the_plays_took_out_while_it_was_evicted_is_not_put_back(host):
+    from ansible_collections.gpuserve.llm.plugins.modules.router_workers import forget_evicted
+    state, router = host
+    w1, w3, w4 = router.url + "/w1/", router.url + "/w3/", router.url + "/w4/"
+    router.workers = [w1, w3, w4]
+    assert check(state, "master")[0] == 0
+    assert json.loads((state / "evicted.json").read_text()) == [w3, w4]
+    # leave.yml (router_workers, absent: w3) names it: dropped from the note, whatever the router holds
+    assert forget_evicted(str(state / "evicted.json"), {w3}, False) == [w3]
+    router.answering |= {"/w3/", "/w4/"}
+    code, said = check(state)
+    assert code == 0 and sorted(router.workers) == [w1, w4], (router.workers, said)
+    assert ("/add_worker", w3) not in router.calls
+    assert forget_evicted(str(state / "evicted.json"), set(), True) == []  # exact: every one (none left)
+    assert forget_evicted(str(state / "no-such.json"), {w3}, True) == []
+
+
+def test_a_router_the_plays_start_is_recorded_anew_never_given_the_old_ones_workers(host):
+    state, router = host
+    w1, w2 = router.url + "/w1/", router.url + "/w2/"
+    router.workers = [w1, w2]
+    # main.yml marks the container it replaces; a check before the new one starts records nothing from the old
+    (state / "workers.json").write_text(json.dumps({"replacing": "2026-12-03T10:00:00Z"}))
+    assert check(state) == (0, "")
+    assert json.loads((state / "workers.json").read_text()) == {"replacing": "2026-12-03T10:00:00Z"}
+    (state / "gpuserve-router").write_text("running 2026-12-03T11:00:00Z\n")  # the plays' new container
+    router.workers = [w1]  # started with the LIVE hosts of the run (w2 failed in it)
+    assert check(state) == (0, "")
+    assert router.calls == []  # nothing put back: w2 stays out
+    assert json.loads((state / "workers.json").read_text()) == {"started": "2026-12-03T11:00:00Z", "workers": [w1]}

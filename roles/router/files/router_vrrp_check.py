@@ -9,16 +9,27 @@ written by the router role) as its argument. In order:
    daemon): put back the workers recorded, those that answer their health check, and take out any other;
    give the address up this time;
 4. record the router's workers as the plays left them (the record a router started again is given back);
-5. the front's /health (the router ready with at least one worker): 200 or give the address up.
+5. put back the workers taken out on becoming MASTER (below) that answer again;
+6. the front's /health (the router ready with at least one worker): 200 or give the address up.
+With `master` after the configuration (keepalived's notify_master, when this host takes the address): take out
+of the router every worker that does not answer its /health within EVICT_TIMEOUT, and note them in evicted.json.
+The router would go on sending them requests until its own health checks mark them (each such request waits on a
+dead host before it is retried elsewhere); a router host that stopped takes its engine with it. The plays
+(router_workers' evicted_file) drop a worker they add or remove from the note: the check never puts back a worker
+the plays took out. The record of step 4 holds the workers noted, so a router started again gets them back too.
 Standard library only; what it did goes to standard error (keepalived's log) in one line.
 """
+import fcntl
 import json
 import os
 import ssl
 import subprocess
 import sys
+import threading
 import urllib.parse
 import urllib.request
+
+EVICT_TIMEOUT = 0.5  # seconds for a worker's /health on becoming MASTER (and to be put back): a slow one is back later
 
 
 def say(text):
@@ -43,11 +54,80 @@ def workers(admin):
     return sorted(json.loads(ask(admin + "/list_workers")[1])["urls"])
 
 
-def healthy(url):
+def healthy(url, timeout=2):
     try:
-        return ask(url + "/health")[0] == 200
+        return ask(url + "/health", timeout=timeout)[0] == 200
     except OSError:
         return False
+
+
+def answering(urls, timeout):
+    """{url: healthy} for every url, asked at once (a dead host costs the timeout once, not once each)."""
+    got = {}
+    threads = [threading.Thread(target=lambda u=u: got.__setitem__(u, healthy(u, timeout))) for u in urls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return got
+
+
+def read_json(path, default):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def write_json(path, data):
+    with open(path + ".new", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".new", path)
+
+
+def update_noted(state, change):
+    """evicted.json := change(what it holds), under a lock: the MASTER notice and the check run side by side."""
+    path = os.path.join(state, "evicted.json")
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        before = read_json(path, [])
+        after = sorted(change(set(before)))
+        if after != before:
+            write_json(path, after)
+    return after
+
+
+def evict(config):
+    """On becoming MASTER: the workers that do not answer out of the router, noted in evicted.json."""
+    admin = config["admin"]
+    try:
+        have = workers(admin)
+    except (OSError, ValueError, KeyError):
+        return 0  # no router answering: the check gives the address up
+    dead = [u for u, ok in sorted(answering(have, EVICT_TIMEOUT).items()) if not ok]
+    if not dead:
+        return 0
+    for url in dead:
+        ask(admin + "/remove_worker?url=" + urllib.parse.quote(url, safe=""), "POST", timeout=10)
+        update_noted(config["state_dir"], lambda noted, url=url: noted | {url})  # noted as each goes
+    say("became MASTER: took out the workers that did not answer in %.1f s: %s" % (EVICT_TIMEOUT, ", ".join(dead)))
+    return 0
+
+
+def readmit(config, have):
+    """The evicted workers that answer again back into the router; the note keeps the others."""
+    admin, path = config["admin"], os.path.join(config["state_dir"], "evicted.json")
+    noted = read_json(path, [])
+    if not noted:
+        return noted
+    back = [u for u, ok in sorted(answering([u for u in noted if u not in have], EVICT_TIMEOUT).items()) if ok]
+    for url in back:
+        ask(admin + "/add_worker?url=" + urllib.parse.quote(url, safe=""), "POST", timeout=30)
+    if back:
+        say("answering again, put back: %s" % ", ".join(back))
+    # in the router now (put back here, or by the plays): no longer noted
+    return update_noted(config["state_dir"], lambda left: left - set(have) - set(back))
 
 
 def restore(config, record):
@@ -65,9 +145,11 @@ def restore(config, record):
     return True
 
 
-def main(path):
+def main(path, event=None):
     with open(path) as f:
         config = json.load(f)
+    if event == "master":
+        return evict(config)
     state = config["state_dir"]
     if os.path.exists(os.path.join(state, "stopped")):
         return 1
@@ -79,11 +161,11 @@ def main(path):
             return 1
     started = running_since(config["router"])
     record_path = os.path.join(state, "workers.json")
-    try:
-        with open(record_path) as f:
-            recorded = json.load(f)
-    except (OSError, ValueError):
-        recorded = None
+    recorded = read_json(record_path, None)
+    if recorded and "replacing" in recorded:  # the plays are starting a new router container
+        if started == recorded["replacing"]:
+            return front_answers(config)  # the old one still runs: nothing recorded from it
+        recorded = None  # the plays' new container: recorded anew
     restored = bool(recorded) and recorded.get("started") != started
     if restored:
         if not restore(config, recorded):
@@ -91,15 +173,19 @@ def main(path):
         record = dict(recorded, started=started)
     else:
         try:
-            record = {"started": started, "workers": workers(config["admin"])}
+            noted = readmit(config, workers(config["admin"]))
+            record = {"started": started, "workers": sorted(set(workers(config["admin"])) | set(noted))}
         except (OSError, ValueError, KeyError):
             return 1
     if record != recorded:
-        with open(record_path + ".new", "w") as f:
-            json.dump(record, f)
-        os.replace(record_path + ".new", record_path)
+        write_json(record_path, record)
     if restored:
         return 1  # the address from the next check on
+    return front_answers(config)
+
+
+def front_answers(config):
+    """0 when the front's /health is 200 (the router ready with at least one worker), else 1."""
     context = None
     if config["health"].startswith("https:"):
         context = ssl.create_default_context(cafile=config["cafile"] or None)
@@ -112,4 +198,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:3]))
