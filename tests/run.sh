@@ -165,6 +165,7 @@ join_background() {  # join_background STREAM: wait for it; print its logs and i
     cat "$dir/$i.log"
     read -r code secs < "$dir/$i.rc"
     [[ $code == 0 ]] || recap "${names[$i]}" "$dir/$i.log"
+    measured_lines "$dir/$i.log"
     ended "${names[$i]}" "$secs" "$code"
   done
   rm -rf "$dir"
@@ -191,6 +192,11 @@ recap() {  # recap NAME LOG: what NAME's log says of its failure, kept for the s
       | cut -c1-400 | tail -n 60 || true; } >> "$RECAP"
 }
 
+MEASURED=$(mktemp)
+measured_lines() {  # measured_lines LOG: the figures the tests measured (conftest.measured), kept for the summary
+  awk '/^=+ what the tests measured =+$/ {on=1; next} on && /^=+ .* =+$/ {on=0} on' "$1" | cut -c1-400 >> "$MEASURED" || true
+}
+
 logged() {  # logged LOG COMMAND...: its output shown and kept in LOG; its rc (pipefail)
   local log=$1
   shift
@@ -198,6 +204,7 @@ logged() {  # logged LOG COMMAND...: its output shown and kept in LOG; its rc (p
 }
 
 summary() {
+  if [[ -s $MEASURED ]]; then echo "=== what the tests measured (again, from the playbook tests' logs)"; cat "$MEASURED"; fi
   if [[ -s $RECAP ]]; then echo "=== what failed (again, from each failed phase's log)"; cat "$RECAP"; fi
   echo "=== phases"
   printf '%s\n' "${PHASES[@]}"
@@ -371,6 +378,7 @@ FG_NAME="pytest playbooks, $PLAYBOOK_CORE"
 FG_LOG=$(mktemp)
 cached "$FG_NAME" || run_phase "$FG_NAME" logged "$FG_LOG" task_timed foreground run_pytest "$PLAYBOOK_VENV" \
   --durations=25 "${FOREGROUND[@]}" || { RC=$?; recap "$FG_NAME" "$FG_LOG"; }
+measured_lines "$FG_LOG"
 for stream in checks molecule; do
   join_background "$stream" || { code=$?; [[ $RC != 0 ]] || RC=$code; }
 done

@@ -252,7 +252,21 @@ def _shown(args):
     return " ".join(re.sub(r"^([\w.]+)=.*", r"\1=...", str(a)) for a in args)[:110]
 
 
+MEASURED = []  # (test, line): the figures a test measured, printed at the end of the run, passed or not
+
+
+def measured(line):
+    """A figure the test measured (failover times, the roll's streams): printed now (-s) and again in the run's
+    summary, where CI shows it (pytest hides a passing test's output)."""
+    print(line)
+    MEASURED.append((os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[-1].split(" ")[0], line))
+
+
 def pytest_terminal_summary(terminalreporter):
+    if MEASURED:
+        terminalreporter.section("what the tests measured")
+        for test, line in MEASURED:
+            terminalreporter.write_line("%s: %s" % (test[:48], line[:600]))
     if not PLAYBOOK_TIMES:
         return
     total = sum(t[0] for t in PLAYBOOK_TIMES)

@@ -53,7 +53,7 @@ from ansible_collections.gpuserve.llm.plugins.module_utils.port_owner import lis
 import front_fuzz
 from fleet_client import HeldOnLeave, StreamLoad, multiturn, one_host_per_conversation, share, tls_context, trust, untrust
 from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, files_text, find_secrets, host_requirements,
-                      vaulted, vaulted_dict)
+                      measured, vaulted, vaulted_dict)
 from outsider import Outsider
 from ssh_hosts import HostNetworks, SSHHosts
 # repo_dir is the stand-in hub's fixture, used by name.
@@ -351,7 +351,7 @@ def test_bare_hosts_check_then_the_host_stage_and_the_refused_hosts_untouched(ba
     assert "deploy" in sh(docker_host, good, "getent group docker").stdout.strip().split(":")[-1].split(","), first
     # (A rerun that changes nothing on every host, the engine on the nvidia runtime and a data-root move refused
     # under a foreign container: the fleet test below, once the hosts serve.)
-    print("host stage test: --check %.0f s, first run %.0f s, in all %.0f s" % (
+    measured("host stage test: --check %.0f s, first run %.0f s, in all %.0f s" % (
         check_s, time.monotonic() - started - check_s, time.monotonic() - started))
 
 
@@ -760,8 +760,8 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         # an allowed route (/v1/chat/completions/../../completions) is sent as exactly that route's path.
         went = front_fuzz.forwarded(text)
         assert text.count(" upstream=") >= len(tried) and [f for f in went if (f[0], f[3]) not in allowed] == [], went
-    print("front fuzz: %d requests through a host's front and the fleet's, answered %s; none reached the router or "
-          "an engine" % (2 * len(tried), dict(statuses)))
+    measured("front fuzz: %d requests through a host's front and the fleet's, answered %s; none reached the router or "
+             "an engine" % (2 * len(tried), dict(statuses)))
     # Other spellings of an allowed route reach the engine as exactly that route's path.
     for path, route in front_fuzz.EQUIVALENT.items():
         assert front_fuzz.send(fronts[good], "POST", path, CI_KEY, context=tls_context()) == 200, path
@@ -797,7 +797,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert [call("GET", u + "/v1/models", CLIENT_KEY)[0] for u in fronts.values()] == [200] * 3
     assert dict((n, sh(docker_host, n, "docker ps -q --filter label=gpuserve.llm.service").stdout.split())
                 for n in engines) == serving  # no engine was restarted
-    print("client keys: one added and one revoked under a stream (%s), no engine restarted" % streamed)
+    measured("client keys: one added and one revoked under a stream (%s), no engine restarted" % streamed)
 
     # verify and bench on each host, then once more through the fleet endpoint: reports/fleet/.
     verified = fleet.run(playbook="playbooks/verify.yml")
@@ -909,7 +909,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert one_host_per_conversation(kept), kept
     assert not one_host_per_conversation(spread), spread
     assert share(kept) > share(spread), (kept, spread)
-    print("turns 2+ under round_robin: %s, cached %.0f%%; under cache_aware: %s, cached %.0f%%" % (
+    measured("turns 2+ under round_robin: %s, cached %.0f%%; under cache_aware: %s, cached %.0f%%" % (
         spread["served"], 100 * share(spread), kept["served"], 100 * share(kept)))
 
     # A roll under load: a changed setting (the context) makes new containers, one host at a time; the
@@ -935,7 +935,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
                         r"\s+the\s+router(?:\s+\(at\s+most\s+(\d+)\))?,\s+none\s+after\s+[\d.]+\s+s"
                         % re.escape(held_host), roll.output)
     assert counted and int(counted.group(2) or counted.group(1)) >= 1, (held_host, counted and counted.group(0), roll)
-    print("held on %s as it left the router: %d streams completed; its drain: %s" % (
+    measured("held on %s as it left the router: %d streams completed; its drain: %s" % (
         held_host, len(held_results), " ".join(counted.group(0).split())))
     assert routers.workers() == sorted(engines.values())
     # The control: one host restarted without the drain (it does not leave the router) under a load of streams at
@@ -948,7 +948,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     undrained = load.counts()
     assert control.rc == 0 and control.recap[badjson]["changed"] > 0, control
     assert not control.says("drained: "), control
-    print("roll with the drain: %s; without (control): %s" % (drained, undrained))
+    measured("roll with the drain: %s; without (control): %s" % (drained, undrained))
     assert drained["failed"] == 0 and drained["completed"] > 0, drained
     assert undrained["failed"] > 0, undrained
     roll_s = time.monotonic() - started - live_s - rerun_s
@@ -969,9 +969,9 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     failed_after, cut = after_move(load.outcomes(), killed_at + took)
     [second] = routers.holder(vip)
     assert second != first and took < 3 and failed_after == [], (first, second, took, failed_after)
-    print("router killed on %s: %s holds %s, the first request answered %.2f s after the kill (it took %.2f s); %d "
-          "stream(s) cut, none failed of those started after (%s)" % (
-              first, second, vip, took, took_one, len(cut), load.counts()))
+    measured("router killed on %s: %s holds %s, the first request answered %.2f s after the kill (it took %.2f s); %d "
+             "stream(s) cut, none failed of those started after (%s)" % (
+                 first, second, vip, took, took_one, len(cut), load.counts()))
     deadline = time.monotonic() + 60
     while routers.workers() != sorted(engines.values()) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -997,9 +997,9 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         moved_s, took_host, took_one, failed_after)
     live_engines = sorted(u for h, u in engines.items() if h != second)
     assert routers.workers_of(first) == live_engines, routers.workers_of(first)  # the stopped host's engine out
-    print("router host %s stopped: %s held %s %.2f s after the stop, the first request answered %.2f s after the "
-          "stop (it took %.2f s); %d stream(s) cut, none failed of those started after (%s)" % (
-              second, first, vip, moved_s, took_host, took_one, len(cut), load.counts()))
+    measured("router host %s stopped: %s held %s %.2f s after the stop, the first request answered %.2f s after the "
+             "stop (it took %.2f s); %d stream(s) cut, none failed of those started after (%s)" % (
+                 second, first, vip, moved_s, took_host, took_one, len(cut), load.counts()))
     # A roll goes on while a router host is down: badkey leaves and rejoins the router that answers, and the one
     # that does not is named (W_ROUTER_UNREACHABLE), not a stop of the run.
     rolled = fleet.run("--limit", badkey, "-e", "llm_context=3072", "-e", "router_policy=cache_aware",
@@ -1064,9 +1064,9 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert any(p.startswith(good + ":/var/lib/gpuserve/hf/") for p in places), sorted(places)[:20]
     leaks = find_secrets(secrets, places)
     assert leaks == [], "\n".join(leaks)
-    print("fleet test: LIVE %.0f s, rerun, check and failures %.0f s, rolls %.0f s, in all %.0f s; %d runs at -vvv, "
-          "%d places searched for secrets" % (live_s, rerun_s, roll_s, time.monotonic() - started, len(runs),
-                                              len(places)))
+    measured("fleet test: LIVE %.0f s, rerun, check and failures %.0f s, rolls %.0f s, in all %.0f s; %d runs at -vvv, "
+             "%d places searched for secrets" % (live_s, rerun_s, roll_s, time.monotonic() - started, len(runs),
+                                                 len(places)))
 
 
 def _service(docker_host, host):
