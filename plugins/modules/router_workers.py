@@ -231,8 +231,13 @@ def main():
         after = listed(url, 30)
     except RouterError as e:
         module.fail_json(msg="E_ROUTER: %s" % e, **result)
-    result["evicted_forgotten"] = forget_evicted(module.params["evicted_file"], set(wanted) | set(unwanted),
-                                                 module.params["exact"])
+    try:
+        result["evicted_forgotten"] = forget_evicted(module.params["evicted_file"], set(wanted) | set(unwanted),
+                                                     module.params["exact"])
+    except OSError as e:  # root's file: a run that does not become root cannot drop them
+        result["evicted_forgotten"] = []
+        module.warn("could not drop the workers named here from %s (%s): keepalived's check may put one of them "
+                    "back into the router; run as root (ansible_become)" % (module.params["evicted_file"], e))
     module.exit_json(workers=after, healthy_workers=healthy, total_workers=total, **result)
 
 
