@@ -101,8 +101,8 @@ removed:
   type: list
   elements: str
 evicted_forgotten:
-  description: Workers dropped from O(evicted_file) (not in check mode).
-  returned: when a router answered, not in check mode
+  description: Workers dropped from O(evicted_file) (none in check mode).
+  returned: when a router answered
   type: list
   elements: str
 answered:
@@ -196,6 +196,16 @@ def main():
     url, timeout = module.params["url"].rstrip("/"), module.params["timeout"]
     wanted = sorted(set(w.rstrip("/") for w in module.params["present"]))
     unwanted = sorted(set(w.rstrip("/") for w in module.params["absent"]) - set(wanted))
+    # Dropped from keepalived's check's note first: a check that reads the note after this does not put one
+    # of them back, and one that put a worker back before it is undone by the removal below.
+    forgotten = []
+    if not module.check_mode:
+        try:
+            forgotten = forget_evicted(module.params["evicted_file"], set(wanted) | set(unwanted),
+                                       module.params["exact"])
+        except OSError as e:  # root's file: a run that does not become root cannot drop them
+            module.warn("could not drop the workers named here from %s (%s): keepalived's check may put one of "
+                        "them back into the router; run as root (ansible_become)" % (module.params["evicted_file"], e))
     try:
         before = listed(url, 30)
     except RouterError as e:
@@ -207,7 +217,7 @@ def main():
         remove = [w for w in before if w not in wanted]
     else:
         remove = [w for w in before if w in unwanted]
-    result = dict(changed=bool(add or remove), answered=True, added=add, removed=remove,
+    result = dict(changed=bool(add or remove), answered=True, added=add, removed=remove, evicted_forgotten=forgotten,
                   diff=dict(before="\n".join(before) + "\n",
                             after="\n".join(sorted(set(before) - set(remove) | set(add))) + "\n"))
     if module.check_mode:
@@ -231,13 +241,6 @@ def main():
         after = listed(url, 30)
     except RouterError as e:
         module.fail_json(msg="E_ROUTER: %s" % e, **result)
-    try:
-        result["evicted_forgotten"] = forget_evicted(module.params["evicted_file"], set(wanted) | set(unwanted),
-                                                     module.params["exact"])
-    except OSError as e:  # root's file: a run that does not become root cannot drop them
-        result["evicted_forgotten"] = []
-        module.warn("could not drop the workers named here from %s (%s): keepalived's check may put one of them "
-                    "back into the router; run as root (ansible_become)" % (module.params["evicted_file"], e))
     module.exit_json(workers=after, healthy_workers=healthy, total_workers=total, **result)
 
 

@@ -285,39 +285,100 @@ def test_keepalived_takes_out_the_dead_workers_when_it_takes_the_address():
         '/var/lib/gpuserve/router/check.json master"' in _keepalived()
 
 
-def test_on_taking_the_address_the_workers_that_do_not_answer_go_out_and_come_back_when_they_answer(host):
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Engine(object):
+    """A stand-in engine whose host is back (test plumbing): /health answers 200 on its port."""
+
+    def __init__(self, port):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self.send_response(200 if self.path == "/health" else 404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_on_taking_the_address_the_workers_whose_host_is_gone_go_out_and_come_back_when_they_answer(host):
     state, router = host
     w1, w2, w3 = router.url + "/w1/", router.url + "/w2/", router.url + "/w3/"
-    router.workers = [w1, w2, w3]
+    port = _free_port()
+    gone = "http://127.0.0.1:%d" % port  # its host stopped with the router host that held the address
+    router.workers = [w1, w2, w3, gone]
     assert check(state)[0] == 0
-    code, said = check(state, "master")  # w3's host stopped with the router host that held the address
-    assert code == 0 and "took out the workers that did not answer in 0.5 s: %s" % w3 in said, said
-    assert sorted(router.workers) == [w1, w2] and router.calls == [("/remove_worker", w3)]
-    assert json.loads((state / "evicted.json").read_text()) == [w3]
-    assert check(state) == (0, "")  # still dead: noted, not put back; the record keeps it for a router started again
-    assert json.loads((state / "workers.json").read_text())["workers"] == [w1, w2, w3]
-    router.answering.add("/w3/")  # its host is back
-    code, said = check(state)
-    assert code == 0 and "answering again, put back: %s" % w3 in said, said
-    assert sorted(router.workers) == [w1, w2, w3] and json.loads((state / "evicted.json").read_text()) == []
-    assert check(state, "master") == (0, "")  # every worker answers: nothing taken out
+    code, said = check(state, "master")
+    assert code == 0 and "took out the workers whose host took no connection in 0.5 s: %s" % gone in said, said
+    # w3 takes connections but its /health is 503: the router's own health checks are for that, not this notice
+    assert sorted(router.workers) == [w1, w2, w3] and router.calls == [("/remove_worker", gone)]
+    assert json.loads((state / "evicted.json").read_text()) == [gone]
+    assert check(state) == (0, "")  # still gone: noted, not put back; the record keeps it for a router started again
+    assert json.loads((state / "workers.json").read_text())["workers"] == sorted([w1, w2, w3, gone])
+    engine = Engine(port)  # its host is back
+    try:
+        code, said = check(state)
+    finally:
+        engine.close()
+    assert code == 0 and "answering again, put back: %s" % gone in said, said
+    assert sorted(router.workers) == sorted([w1, w2, w3, gone]) and json.loads((state / "evicted.json").read_text()) == []
 
 
 def test_a_worker_the_plays_took_out_while_it_was_evicted_is_not_put_back(host):
     from ansible_collections.gpuserve.llm.plugins.modules.router_workers import forget_evicted
     state, router = host
-    w1, w3, w4 = router.url + "/w1/", router.url + "/w3/", router.url + "/w4/"
+    w1 = router.url + "/w1/"
+    ports = [_free_port(), _free_port()]
+    w3, w4 = ["http://127.0.0.1:%d" % p for p in ports]
     router.workers = [w1, w3, w4]
     assert check(state, "master")[0] == 0
-    assert json.loads((state / "evicted.json").read_text()) == [w3, w4]
+    assert json.loads((state / "evicted.json").read_text()) == sorted([w3, w4])
     # leave.yml (router_workers, absent: w3) names it: dropped from the note, whatever the router holds
     assert forget_evicted(str(state / "evicted.json"), {w3}, False) == [w3]
-    router.answering |= {"/w3/", "/w4/"}
-    code, said = check(state)
-    assert code == 0 and sorted(router.workers) == [w1, w4], (router.workers, said)
+    engines = [Engine(p) for p in ports]
+    try:
+        code, said = check(state)
+    finally:
+        for e in engines:
+            e.close()
+    assert code == 0 and sorted(router.workers) == sorted([w1, w4]), (router.workers, said)
     assert ("/add_worker", w3) not in router.calls
     assert forget_evicted(str(state / "evicted.json"), set(), True) == []  # exact: every one (none left)
     assert forget_evicted(str(state / "no-such.json"), {w3}, True) == []
+
+
+def test_a_recorded_worker_that_does_not_answer_when_the_router_is_restored_is_noted_not_lost(host):
+    state, router = host
+    w1 = router.url + "/w1/"
+    port = _free_port()
+    gone = "http://127.0.0.1:%d" % port
+    router.workers = [w1, gone]
+    assert check(state)[0] == 0
+    (state / "gpuserve-router").write_text("running 2026-12-03T12:00:00Z\n")  # started again by its daemon
+    router.workers = []
+    code, said = check(state)
+    assert code == 1 and sorted(router.workers) == [w1] and json.loads((state / "evicted.json").read_text()) == [gone]
+    engine = Engine(port)
+    try:
+        assert check(state)[0] == 0
+    finally:
+        engine.close()
+    assert sorted(router.workers) == sorted([w1, gone])
 
 
 def test_a_router_the_plays_start_is_recorded_anew_never_given_the_old_ones_workers(host):
@@ -333,3 +394,12 @@ def test_a_router_the_plays_start_is_recorded_anew_never_given_the_old_ones_work
     assert check(state) == (0, "")
     assert router.calls == []  # nothing put back: w2 stays out
     assert json.loads((state / "workers.json").read_text()) == {"started": "2026-12-03T11:00:00Z", "workers": [w1]}
+
+
+def test_while_the_plays_replace_the_router_the_check_does_not_start_the_old_one(host):
+    state, router = host
+    (state / "workers.json").write_text(json.dumps({"replacing": "2026-12-03T10:00:00Z"}))
+    (state / "gpuserve-router").write_text("stopped\n")  # removed by docker_container's recreate
+    assert check(state)[0] == 1
+    assert not (state / "started.log").exists()  # the plays start the new one
+    assert json.loads((state / "workers.json").read_text()) == {"replacing": "2026-12-03T10:00:00Z"}

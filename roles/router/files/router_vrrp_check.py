@@ -4,36 +4,45 @@ Run as root every router_vrrp_check_interval seconds (vrrp_script), with the che
 written by the router role) as its argument. In order:
 1. the plays stopped the router (stop.yml, remove.yml: the `stopped` mark): give the address up;
 2. the router or its front container is not running (a crash, an OOM kill, `docker kill`, which Docker's
-   restart policy does not undo): start it again, give the address up this time;
+   restart policy does not undo): start it again (not the router while the plays replace it), give the
+   address up this time;
 3. the router container started since the workers were last recorded (started again here, or by its
-   daemon): put back the workers recorded, those that answer their health check, and take out any other;
-   give the address up this time;
-4. record the router's workers as the plays left them (the record a router started again is given back);
-5. put back the workers taken out on becoming MASTER (below) that answer again;
+   daemon): put back the workers recorded, those that answer their health check (the others are noted, as
+   below), and take out any other; give the address up this time. A container the plays start is recorded
+   anew: the router play marks the one it replaces (`replacing`), and nothing is recorded from that one;
+4. put back the workers noted (below) that answer again;
+5. record the router's workers and the noted ones (the record a router started again is given back);
 6. the front's /health (the router ready with at least one worker): 200 or give the address up.
 With `master` after the configuration (keepalived's notify_master, when this host takes the address): take out
-of the router every worker that does not answer its /health within EVICT_TIMEOUT, and note them in evicted.json.
-The router would go on sending them requests until its own health checks mark them (each such request waits on a
-dead host before it is retried elsewhere); a router host that stopped takes its engine with it. The plays
-(router_workers' evicted_file) drop a worker they add or remove from the note: the check never puts back a worker
-the plays took out. The record of step 4 holds the workers noted, so a router started again gets them back too.
-Standard library only; what it did goes to standard error (keepalived's log) in one line.
+of the router every worker whose host takes no TCP connection within CONNECT_TIMEOUT, and note them in
+evicted.json. The router would go on sending them requests until its own health checks mark them (each such
+request waits on a dead host before it is retried elsewhere); a router host that stopped takes its engine with
+it. The plays (router_workers' evicted_file) drop a worker they add or remove from the note, so the check does
+not put back a worker the plays took out (unless the run could not reach this host or write the note).
+Standard library only; what it did goes to the system log (tag gpuserve-router-check) and standard error.
 """
 import fcntl
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
+import syslog
 import threading
 import urllib.parse
 import urllib.request
 
-EVICT_TIMEOUT = 0.5  # seconds for a worker's /health on becoming MASTER (and to be put back): a slow one is back later
+# A dead host takes no connection: the MASTER's notice asks only that, not /health (SGLang's takes >= 1 s).
+CONNECT_TIMEOUT = 0.5
+HEALTH_TIMEOUT = 5  # a noted worker that takes connections again: its /health, before it is put back
 
 
 def say(text):
+    """keepalived sends a script's output nowhere: the system log too."""
     sys.stderr.write("gpuserve router check: %s\n" % text)
+    syslog.openlog("gpuserve-router-check")
+    syslog.syslog(text)
 
 
 def running_since(name):
@@ -61,15 +70,35 @@ def healthy(url, timeout=2):
         return False
 
 
-def answering(urls, timeout):
-    """{url: healthy} for every url, asked at once (a dead host costs the timeout once, not once each)."""
+def connects(url):
+    """True when the worker's host:port takes a TCP connection within CONNECT_TIMEOUT."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname, parts.port or 80), timeout=CONNECT_TIMEOUT).close()
+        return True
+    except OSError:
+        return False
+
+
+def at_once(urls, probe):
+    """{url: probe(url)} for every url, asked at once (a dead host costs the timeout once, not once each)."""
     got = {}
-    threads = [threading.Thread(target=lambda u=u: got.__setitem__(u, healthy(u, timeout))) for u in urls]
+    threads = [threading.Thread(target=lambda u=u: got.__setitem__(u, probe(u))) for u in urls]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     return got
+
+
+def post(admin, path, url, timeout):
+    """One admin call for a worker; False (said) when the router refuses it or does not answer."""
+    try:
+        ask(admin + path + "?url=" + urllib.parse.quote(url, safe=""), "POST", timeout=timeout)
+        return True
+    except OSError as e:
+        say("%s %s: %s" % (path, url, e))
+        return False
 
 
 def read_json(path, default):
@@ -87,7 +116,7 @@ def write_json(path, data):
 
 
 def update_noted(state, change):
-    """evicted.json := change(what it holds), under a lock: the MASTER notice and the check run side by side."""
+    """evicted.json := change(what it holds), under its lock (the MASTER notice, the check and the plays)."""
     path = os.path.join(state, "evicted.json")
     with open(path + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -99,35 +128,51 @@ def update_noted(state, change):
 
 
 def evict(config):
-    """On becoming MASTER: the workers that do not answer out of the router, noted in evicted.json."""
-    admin = config["admin"]
+    """On becoming MASTER: the workers whose host takes no connection out of the router, noted in evicted.json."""
+    admin, state = config["admin"], config["state_dir"]
     try:
         have = workers(admin)
-    except (OSError, ValueError, KeyError):
-        return 0  # no router answering: the check gives the address up
-    dead = [u for u, ok in sorted(answering(have, EVICT_TIMEOUT).items()) if not ok]
-    if not dead:
+    except (OSError, ValueError, KeyError) as e:
+        say("became MASTER; the router's workers could not be read (%s): none taken out" % e)
         return 0
+    dead = [u for u, ok in sorted(at_once(have, connects).items()) if not ok]
+    out = []
     for url in dead:
-        ask(admin + "/remove_worker?url=" + urllib.parse.quote(url, safe=""), "POST", timeout=10)
-        update_noted(config["state_dir"], lambda noted, url=url: noted | {url})  # noted as each goes
-    say("became MASTER: took out the workers that did not answer in %.1f s: %s" % (EVICT_TIMEOUT, ", ".join(dead)))
+        # noted first, under the lock the plays take too: a worker removed is never one the note lacks
+        with open(os.path.join(state, "evicted.json.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            noted = read_json(os.path.join(state, "evicted.json"), [])
+            write_json(os.path.join(state, "evicted.json"), sorted(set(noted) | {url}))
+            if post(admin, "/remove_worker", url, 10):
+                out.append(url)
+    if out:
+        say("became MASTER: took out the workers whose host took no connection in %.1f s: %s"
+            % (CONNECT_TIMEOUT, ", ".join(out)))
     return 0
 
 
 def readmit(config, have):
-    """The evicted workers that answer again back into the router; the note keeps the others."""
-    admin, path = config["admin"], os.path.join(config["state_dir"], "evicted.json")
-    noted = read_json(path, [])
-    if not noted:
+    """The noted workers that answer again back into the router (if still noted: the plays may have dropped
+    one meanwhile); the note keeps the others. What the note holds after."""
+    admin, state = config["admin"], config["state_dir"]
+    noted = read_json(os.path.join(state, "evicted.json"), [])
+    waiting = [u for u in noted if u not in have]
+    if not waiting:
         return noted
-    back = [u for u, ok in sorted(answering([u for u in noted if u not in have], EVICT_TIMEOUT).items()) if ok]
-    for url in back:
-        ask(admin + "/add_worker?url=" + urllib.parse.quote(url, safe=""), "POST", timeout=30)
-    if back:
-        say("answering again, put back: %s" % ", ".join(back))
-    # in the router now (put back here, or by the plays): no longer noted
-    return update_noted(config["state_dir"], lambda left: left - set(have) - set(back))
+    back = [u for u, ok in sorted(at_once(waiting, lambda u: connects(u) and healthy(u, HEALTH_TIMEOUT)).items())
+            if ok]
+    if not back:
+        return noted
+    with open(os.path.join(state, "evicted.json.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        still = read_json(os.path.join(state, "evicted.json"), [])
+        put = [u for u in back if u in still and post(admin, "/add_worker", u, 30)]
+        left = sorted(set(still) - set(put))
+        if left != still:
+            write_json(os.path.join(state, "evicted.json"), left)
+    if put:
+        say("answering again, put back: %s" % ", ".join(put))
+    return left
 
 
 def restore(config, record):
@@ -137,10 +182,14 @@ def restore(config, record):
         have = workers(admin)
     except (OSError, ValueError, KeyError):
         return False  # not listening yet
-    for url in [u for u in record["workers"] if u not in have and healthy(u)]:
-        ask(admin + "/add_worker?url=" + urllib.parse.quote(url, safe=""), "POST", timeout=30)
+    missing = [u for u in record["workers"] if u not in have]
+    answer = at_once(missing, lambda u: connects(u) and healthy(u, HEALTH_TIMEOUT))
+    for url in [u for u in missing if answer[u]]:
+        post(admin, "/add_worker", url, 30)
     for url in [u for u in have if u not in record["workers"]]:
-        ask(admin + "/remove_worker?url=" + urllib.parse.quote(url, safe=""), "POST", timeout=10)
+        post(admin, "/remove_worker", url, 10)
+    # the recorded ones that do not answer now: noted, put back when they do (not lost with the next record)
+    update_noted(config["state_dir"], lambda noted: noted | set(u for u in missing if not answer[u]))
     say("workers restored: %s" % ", ".join(workers(admin)))
     return True
 
@@ -153,18 +202,27 @@ def main(path, event=None):
     state = config["state_dir"]
     if os.path.exists(os.path.join(state, "stopped")):
         return 1
+    record_path = os.path.join(state, "workers.json")
+    recorded = read_json(record_path, None)
+    replacing = bool(recorded) and "replacing" in recorded  # the plays are starting a new router container
     for name in config["containers"]:
+        if replacing and name == config["router"]:
+            continue  # the plays' to start
         if running_since(name) is None:
             got = subprocess.run(["docker", "start", name], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                  text=True, timeout=30, check=False)
             say("%s was not running: started again (%s)" % (name, "ok" if got.returncode == 0 else got.stderr.strip()))
             return 1
     started = running_since(config["router"])
-    record_path = os.path.join(state, "workers.json")
-    recorded = read_json(record_path, None)
-    if recorded and "replacing" in recorded:  # the plays are starting a new router container
+    if started is None:
+        return 1  # none runs (the plays are starting one)
+    if replacing:
         if started == recorded["replacing"]:
-            return front_answers(config)  # the old one still runs: nothing recorded from it
+            try:  # the old one still runs: noted workers put back, nothing recorded from it
+                readmit(config, workers(config["admin"]))
+            except (OSError, ValueError, KeyError):
+                pass
+            return front_answers(config)
         recorded = None  # the plays' new container: recorded anew
     restored = bool(recorded) and recorded.get("started") != started
     if restored:
@@ -177,7 +235,8 @@ def main(path, event=None):
             record = {"started": started, "workers": sorted(set(workers(config["admin"])) | set(noted))}
         except (OSError, ValueError, KeyError):
             return 1
-    if record != recorded:
+    # written unless the plays marked a replacement since it was read (their mark wins)
+    if record != recorded and "replacing" not in (read_json(record_path, None) or {}) or replacing:
         write_json(record_path, record)
     if restored:
         return 1  # the address from the next check on
