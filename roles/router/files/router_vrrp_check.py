@@ -21,6 +21,7 @@ it. The plays (router_workers' evicted_file) drop a worker they add or remove fr
 not put back a worker the plays took out (unless the run could not reach this host or write the note).
 Standard library only; what it did goes to the system log (tag gpuserve-router-check) and standard error.
 """
+import contextlib
 import fcntl
 import json
 import os
@@ -115,11 +116,18 @@ def write_json(path, data):
     os.replace(path + ".new", path)
 
 
-def update_noted(state, change):
-    """evicted.json := change(what it holds), under its lock (the MASTER notice, the check and the plays)."""
+@contextlib.contextmanager
+def noted_locked(state):
+    """evicted.json's path, under its lock (the MASTER notice, the check and the plays take it)."""
     path = os.path.join(state, "evicted.json")
     with open(path + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        yield path
+
+
+def update_noted(state, change):
+    """evicted.json := change(what it holds), under its lock."""
+    with noted_locked(state) as path:
         before = read_json(path, [])
         after = sorted(change(set(before)))
         if after != before:
@@ -139,10 +147,8 @@ def evict(config):
     out = []
     for url in dead:
         # noted first, under the lock the plays take too: a worker removed is never one the note lacks
-        with open(os.path.join(state, "evicted.json.lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            noted = read_json(os.path.join(state, "evicted.json"), [])
-            write_json(os.path.join(state, "evicted.json"), sorted(set(noted) | {url}))
+        with noted_locked(state) as path:
+            write_json(path, sorted(set(read_json(path, [])) | {url}))
             if post(admin, "/remove_worker", url, 10):
                 out.append(url)
     if out:
@@ -163,13 +169,12 @@ def readmit(config, have):
             if ok]
     if not back:
         return noted
-    with open(os.path.join(state, "evicted.json.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        still = read_json(os.path.join(state, "evicted.json"), [])
+    with noted_locked(state) as path:
+        still = read_json(path, [])
         put = [u for u in back if u in still and post(admin, "/add_worker", u, 30)]
         left = sorted(set(still) - set(put))
         if left != still:
-            write_json(os.path.join(state, "evicted.json"), left)
+            write_json(path, left)
     if put:
         say("answering again, put back: %s" % ", ".join(put))
     return left
