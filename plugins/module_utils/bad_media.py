@@ -31,11 +31,11 @@ import base64
 import struct
 import zlib
 
-from ansible_collections.gpuserve.llm.plugins.module_utils import prompts
+from ansible_collections.gpuserve.llm.plugins.module_utils import engines, prompts
 
-# The recipe's --limit-mm-per-prompt (templates/vllm.j2 with llm_vision: true).
-LIMIT_IMAGES = 4
-LIMIT_VIDEOS = 1
+# The recipe's --limit-mm-per-prompt (templates/vllm.j2 with llm_vision: true), which the fronts count too.
+LIMIT_IMAGES = engines.PROFILES["vllm"]["media_per_request"]["image"]
+LIMIT_VIDEOS = engines.PROFILES["vllm"]["media_per_request"]["video"]
 # Pillow refuses to open an image of more pixels than this (2 x Image.MAX_IMAGE_PIXELS), and vLLM's own
 # VLLM_MAX_IMAGE_PIXELS defaults to the same number.
 BOMB_LIMIT_PIXELS = 178956970

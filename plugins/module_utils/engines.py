@@ -34,6 +34,8 @@ PROFILES = {
         "running": {"path": "/metrics", "metrics": ["vllm:num_requests_running", "vllm:num_requests_waiting"]},
         "api_key_env": "VLLM_API_KEY",  # the variable the template gives the key in
         "front_routes": dict(CHAT_ROUTES, **{"/v1/responses": ["POST"]}),
+        # The media items a request may carry (vLLM's --limit-mm-per-prompt; the front counts them too).
+        "media_per_request": {"image": 4, "video": 1},
     },
     "sglang": {
         "version": "0.5.5",
@@ -45,6 +47,8 @@ PROFILES = {
         "running": {"path": "/metrics", "metrics": ["sglang:num_running_reqs", "sglang:num_queue_reqs"]},
         "api_key_env": "GPUSERVE_API_KEY",  # SGLang takes --api-key only: its template passes it through a shell
         "front_routes": dict(CHAT_ROUTES, **{"/v1/responses": ["POST"]}),
+        # SGLang 0.5.5 has no per-request limit of its own: the front's count is the only one.
+        "media_per_request": {"image": 4, "video": 1},
     },
     "llamacpp": {
         "version": "Debian llama.cpp-tools",
@@ -58,6 +62,8 @@ PROFILES = {
         "running": {"path": "/metrics", "metrics": ["llamacpp:requests_processing", "llamacpp:requests_deferred"]},
         "api_key_env": "LLAMA_API_KEY",
         "front_routes": CHAT_ROUTES,
+        # llama-server 0.7.0 counts no media and caps no item: the front's count is the only one.
+        "media_per_request": {"image": 4, "video": 0},
         # What verify's video_input reports instead of running (libmtmd decodes video by running ffmpeg).
         "no_video": "llama.cpp 0.7.0 decodes video with ffmpeg and ffprobe, which the engine image does not have: "
                     "images only",
@@ -125,6 +131,7 @@ def command_context(settings, paths, facts=None):
     media = settings.get("llm_media_urls")
     ctx["media_domains"] = ([NO_MEDIA_DOMAIN] if media == "data_only" else [] if media == "any" else list(media or []))
     ctx["media_domains_listed"] = isinstance(media, list) and bool(media)
+    ctx["media_per_request"] = PROFILES.get(settings.get("llm_engine"), {}).get("media_per_request", {})
     drafter = settings.get("llm_drafter")
     ctx["drafter_kind"] = drafter if drafter in ("mtp", "ngram", "off") else "model"
     ctx["api_key_set"] = bool(settings.get("llm_api_key"))

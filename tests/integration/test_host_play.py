@@ -774,6 +774,16 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     served = _served(engines[good])
     assert call("POST", fronts[good] + "/v1/chat/completions", CI_KEY, big)[0] == 413
     assert _served(engines[good]) == served
+    # The body check (front_media.js), as the role configures it: without llm_vision a host's front refuses any
+    # image before the engine sees it; the fleet's front counts what the fleet takes (front_fleet_media: 4).
+    pictured = {"model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]}
+    status, text = call("POST", fronts[good] + "/v1/chat/completions", CI_KEY, pictured)
+    assert status == 400 and "1 image in one request: the model here is served without vision" in text, text
+    pictured["messages"][0]["content"] *= 5
+    status, text = call("POST", front + "/v1/chat/completions", CI_KEY, pictured)
+    assert status == 400 and "5 images in one request: the fleet takes at most 4 images and 1 video a request" in text
+    assert _served(engines[good]) == served
     limited = [_status_and_retry(fronts[good] + "/v1/models", CI_KEY) for _request in range(80)]
     assert (429, "1") in limited and (200, None) in limited, collections.Counter(limited)
 

@@ -22,6 +22,7 @@ from ansible_collections.gpuserve.llm.plugins.module_utils import bad_media, eng
 from ansible_collections.gpuserve.llm.plugins.module_utils import prompts as media
 from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError
 from conftest import ROOT, docker
+from front_alone import CLIENTS, Front
 
 MODEL = "gpuserve/tiny-llama-dummy"
 DRAFT = "gpuserve/tiny-llama-draft"
@@ -136,11 +137,11 @@ def test_dummy_gguf_is_made_once_and_check_mode_writes_nothing(fleet, made):
     assert sha256(str(main / "model.gguf")) == before
 
 
-def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_host):
+def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_host, tmp_path):
     first, main, draft = made
     image = docker(docker_host, "images", "--format", "{{.Repository}}:{{.Tag}}", "gpuserve/llama.cpp").stdout.split()[0]
     plain = Engine(docker_host, image, "gpuserve-test-burnin", 18110, str(main))
-    drafted = None
+    drafted = front = None
     try:
         # plain reply, and the API key is required
         reply = plain.chat()
@@ -224,6 +225,52 @@ def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_
         assert "uri must be base64 encoded" in answered["data-url-no-base64"][1], answered
         assert [a[0] for n, a in served.items() if a[0] is None or a[0] >= 500] == [], served
 
+        # The same catalogue through a front (roles/front's configuration and JavaScript, nginx from the Debian
+        # root): the front reads each POST body before any of it goes on, so the oversize item, the count
+        # llama-server does not keep, and any video (llama-server here decodes none) are a 400 there, saying
+        # what was wrong, and never reach the engine; the rest reach the engine and are refused by it as above.
+        front = Front(docker_host, "gpuserve-test-burnin-front", 18112, "127.0.0.1:18110", str(tmp_path / "front"),
+                      upstream_key=API_KEY, front_routes=engines.PROFILES["llamacpp"]["front_routes"],
+                      front_media=engines.PROFILES["llamacpp"]["media_per_request"], front_body_max_kib=140000,
+                      front_media_why="llamacpp takes at most 4 images and no video a request")
+        fronted = Client(front.url, CLIENTS["alice"], "tiny", 60)
+        through = {}
+        for case in bad_media.cases():
+            try:
+                fronted.chat([{"role": "user", "content": case["parts"] + [{"type": "text", "text": "What is it?"}]}],
+                             temperature=0, max_tokens=8)
+                through[case["name"]] = (200, "")
+            except EndpointError as e:
+                through[case["name"]] = (e.status, str(e))
+        print("bad media through the front: %s" % dict((n, a[0]) for n, a in through.items()))
+        assert [(n, a) for n, a in through.items() if not 400 <= (a[0] or 0) < 500] == [], through
+        at_front = sorted(set(c["name"] for c in bad_media.cases() if any(p["type"] == "video_url" for p in c["parts"]))
+                          | {"too-many-images", "oversize-data-url"})
+        assert "5 images in one request: llamacpp takes at most 4 images and no video a request" in \
+            through["too-many-images"][1], through
+        assert "1 video in one request: llamacpp takes" in through["bottom-up-avi"][1], through
+        assert "messages[0].content[0].image_url.url is 20.0 MiB (20971521 bytes): over this endpoint's 20.0 MiB a " \
+            "media item" in through["oversize-data-url"][1], through
+        # what the front refused never went upstream; the rest did and were refused by the engine
+        went = [line for line in front.logs().splitlines() if '"POST /v1/chat/completions" 400 ' in line]
+        assert len([line for line in went if line.endswith(" upstream=- path=")]) == len(at_front), went
+        assert len(went) == len(through), went
+        assert through["truncated-png"][0] == answered["truncated-png"][0]
+        assert fronted.chat([{"role": "user", "content": [media.image_url_part(media.png((30, 70, 220))),
+                                                          {"type": "text", "text": "Say hello."}]}],
+                            temperature=0, max_tokens=120)[0]["choices"][0]["message"]["content"] == \
+            reply["message"]["content"]
+        for body, says in ((b"{\"messages\": [", "the request body is not JSON"), (b"", "the request has no body"),
+                           (b"[" * 40 + b"]" * 40, "nests JSON deeper than this front reads")):
+            request = urllib.request.Request(front.url + "/v1/chat/completions", data=body, method="POST", headers={
+                "Authorization": "Bearer " + CLIENTS["alice"], "Content-Type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=30)
+            assert refused.value.code == 400 and says in refused.value.read().decode(), says
+        # a stream through the check is a stream: the engine's chunks, the same text as the engine's own reply
+        streamed = fronted.stream([{"role": "user", "content": "Say hello."}], temperature=0, max_tokens=120)
+        assert streamed["chunks"] > 1 and streamed["text"] == reply["message"]["content"], streamed
+
         # a second seed as draft model (draft-simple): the same replies as without drafting
         drafted = Engine(docker_host, image, "gpuserve-test-burnin-draft", 18111, str(main), str(draft))
         assert [drafted.chat(p, max_tokens=40)["message"]["content"] for p in prompts] == alone
@@ -231,8 +278,9 @@ def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_
         assert "draft acceptance" in logs, logs[-2000:]
     finally:
         plain.stop()
-        if drafted:
-            drafted.stop()
+        for other in (drafted, front):
+            if other:
+                other.stop()
 
 
 def test_dummy_model_folder_for_vllm_has_the_layers_given_its_vision_shape_and_refuses_mtp_with_it(fleet, tmp_path):

@@ -129,7 +129,7 @@ def test_the_counts_pass_the_recipes_limits():
     assert bad_media.parse_avi(payload(CASES["too-many-videos"]))["frame_chunks"] == 3
     with open(os.path.join(ROOT, "templates", "vllm.j2")) as f:
         template = f.read()
-    assert "limit-mm-per-prompt" in template
+    assert "--limit-mm-per-prompt {{ media_per_request | json }}" in template
 
 
 def test_the_oversize_url_is_a_valid_png_past_the_fronts_item_budget():

@@ -1,38 +1,23 @@
 """The front (roles/front, templates/front.conf.j2): what it lets through is an exact allow-list, what it sends
 upstream is the route's own path with the internal key, and it holds digests of the client keys, never a key.
-Its behaviour against real requests is tested through a real nginx in the playbook tests (test_host_play)."""
+Its behaviour against real requests is tested through a real nginx: the plays' fronts in the playbook tests
+(test_host_play), the body check before a vision engine in test_weights_play (tests/front_alone.py)."""
 import hashlib
 import os
 import re
 
-import jinja2
 import pytest
 import yaml
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import engines
 from ansible_collections.gpuserve.llm.plugins.module_utils.settings import load_specs, validate
+from front_alone import CLIENTS, render
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPECS = load_specs(ROOT)
 with open(os.path.join(ROOT, "roles", "llm", "defaults", "main.yml")) as f:
     LLM = {k: v for k, v in yaml.safe_load(f).items() if "{{" not in str(v)}
 LLM.update(llm_context=LLM["llm_model_max_context"], llm_model_dense="fp8", llm_engine_port=18020)
-CLIENTS = {"alice": "sk-alice-0123456789abcdef", "ci.bot": "sk-ci-bot-0123456789abcdef"}
-
-
-def render(**changes):
-    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    env.filters["hash"] = lambda value, kind: hashlib.new(kind, value.encode()).hexdigest()
-    env.filters["bool"] = lambda value: value is True or str(value).lower() in ("true", "yes", "1")
-    with open(os.path.join(ROOT, "templates", "front.conf.j2")) as f:
-        template = env.from_string(f.read())
-    context = dict(front_name="gpuserve-llm-front", front_stage="service", front_workers=2, front_worker_connections=1024,
-                   front_clients=CLIENTS, front_body_max_kib=192, front_rate_per_key=20, front_rate_burst=40,
-                   front_connections_per_key=8, front_connections_per_address=16, front_retry_after=1,
-                   front_listen="0.0.0.0:8020", front_upstream="127.0.0.1:18020", front_health_path="/health",
-                   front_routes=engines.PROFILES["vllm"]["front_routes"], llm_tls=False)
-    context.update(changes)
-    return template.render(**context)
 
 
 def locations(conf):
@@ -42,17 +27,39 @@ def locations(conf):
 def test_only_the_engines_openai_routes_and_health_are_forwarded_each_to_its_own_path():
     found = locations(render())
     proxied = sorted(k for k, v in found.items() if "proxy_pass" in v)
-    assert proxied == ["= /health", "= /v1/chat/completions", "= /v1/completions", "= /v1/models", "= /v1/responses"]
-    for name in proxied:
+    assert proxied == ["= /health", "= /v1/models", "@upstream"]
+    # A POST route's body is read and checked (front_media.js) before it goes on, by an internal redirect
+    # to @upstream, which sends the route's own path that the route's location set.
+    checked = sorted(k for k, v in found.items() if "js_content front_media.check;" in v)
+    assert checked == ["= /v1/chat/completions", "= /v1/completions", "= /v1/responses"]
+    for name in checked + ["= /health", "= /v1/models"]:
         path = name[2:]
-        body = found[name]
         # The upstream gets the route's fixed path (a variable: no client URI, no query string appended).
-        assert "set $gpuserve_path %s;" % path in body and "proxy_pass http://gpuserve_upstream$gpuserve_path;" in body
+        assert "set $gpuserve_path %s;" % path in found[name]
+    for name in ["= /health", "= /v1/models", "@upstream"]:
+        assert "proxy_pass http://gpuserve_upstream$gpuserve_path;" in found[name]
+    assert "proxy_buffering off;" in found["@upstream"] and "proxy_set_header Authorization $gpuserve_upstream_auth;" in \
+        found["@upstream"]
     assert "return 404" in found["/"] and "proxy_pass" not in found["/"]
     assert "POST" in found["= /v1/chat/completions"] and "return 405" in found["= /v1/chat/completions"]
     # llama-server 0.7.0 serves no Responses API: its front does not forward one.
     assert "= /v1/responses" not in locations(render(front_routes=engines.PROFILES["llamacpp"]["front_routes"]))
     assert "set $gpuserve_path /readiness;" in locations(render(front_health_path="/readiness"))["= /health"]
+
+
+def test_the_body_check_gets_the_item_cap_and_the_engines_media_counts():
+    conf = render(front_media_item_mib=3, front_media={"image": 4, "video": 0},
+                  front_media_why="llamacpp takes at most 4 images and no video a request")
+    assert "set $gpuserve_media_item_bytes 3145728;" in conf
+    assert "set $gpuserve_media_images 4;" in conf and "set $gpuserve_media_videos 0;" in conf
+    assert 'set $gpuserve_media_why "llamacpp takes at most 4 images and no video a request";' in conf
+    assert "js_import front_media.js;" in conf
+    # vLLM's own limit is the profile's: the engine and its front count the same
+    with open(os.path.join(ROOT, "templates", "vllm.j2")) as f:
+        assert "--limit-mm-per-prompt {{ media_per_request | json }}" in f.read()
+    with open(os.path.join(ROOT, "roles", "front", "defaults", "main.yml")) as f:
+        fleet = yaml.safe_load(f)["front_fleet_media"]
+    assert fleet == {kind: max(p["media_per_request"][kind] for p in engines.PROFILES.values()) for kind in fleet}
 
 
 def test_a_client_key_is_checked_by_its_digest_and_replaced_by_the_internal_key():
@@ -62,7 +69,9 @@ def test_a_client_key_is_checked_by_its_digest_and_replaced_by_the_internal_key(
         assert '"%s" "%s";' % (hashlib.sha256(key.encode()).hexdigest(), name) in conf
     route = locations(conf)["= /v1/chat/completions"]
     assert 'if ($gpuserve_client = "") {\n                return 401' in route
-    assert "proxy_set_header Authorization $gpuserve_upstream_auth;" in route
+    # the key is checked in the route's location, before its body is read; what goes upstream has the internal key
+    assert route.index("return 401") < route.index("js_content")
+    assert "proxy_set_header Authorization $gpuserve_upstream_auth;" in locations(conf)["@upstream"]
     assert "env GPUSERVE_UPSTREAM_KEY;" in conf  # the internal key comes from the container's environment
     # No client keys: nobody is asked (the map's default is a name), and limits count per address.
     assert 'default "-";' in render(front_clients={}) and 'default "";' not in render(front_clients={})
