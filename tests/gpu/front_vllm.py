@@ -186,6 +186,12 @@ def front_settings(settings):
         ctx[name] = int(env.from_string(value).render(**ctx).strip()) if isinstance(value, str) else value
     retry = load("roles/front/vars/main.yml")["front_retry_after"]
     ctx["front_retry_after"] = int(env.from_string(retry).render(**ctx).strip())
+    # front_media and front_media_why (roles/front/vars/main.yml) for a host's front before vLLM
+    vision = env.from_string("{{ v | bool }}").render(v=settings.get("llm_vision")) == "True"
+    ctx["front_media"] = engines.PROFILES["vllm"]["media_per_request"] if vision else {"image": 0, "video": 0}
+    ctx["front_media_why"] = ("vllm takes at most %(image)d images and %(video)d video a request" % ctx["front_media"]
+                              if vision else "the model here is served without vision (llm_vision is off): it takes "
+                              "no images or video")
     return ctx
 
 
@@ -193,6 +199,7 @@ def render_front(settings):
     ctx = front_settings(settings)
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters["hash"] = lambda value, kind: hashlib.new(kind, value.encode()).hexdigest()
+    env.filters["bool"] = lambda v: v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
     with open(os.path.join(ROOT, "templates", "front.conf.j2")) as f:
         template = env.from_string(f.read())
     ctx.update(front_name="gpuserve-llm-front", front_stage="service", front_clients=CLIENTS,
@@ -213,10 +220,11 @@ def render_front(settings):
         conf = conf.replace(old, new)
     with open(os.path.join(PREFIX, "front.conf"), "w") as f:
         f.write(conf)
-    with open(os.path.join(ROOT, "roles", "front", "files", "front_auth.js")) as src:
-        with open(os.path.join(PREFIX, "front_auth.js"), "w") as dst:
-            dst.write(src.read())
-    for name in ("front.conf", "front_auth.js"):
+    for script in ("front_auth.js", "front_media.js"):
+        with open(os.path.join(ROOT, "roles", "front", "files", script)) as src:
+            with open(os.path.join(PREFIX, script), "w") as dst:
+                dst.write(src.read())
+    for name in ("front.conf", "front_auth.js", "front_media.js"):
         os.chmod(os.path.join(PREFIX, name), 0o644)
     RESULTS["front"] = {"limits": {k: ctx[k] for k in ctx if k.startswith("front_") and isinstance(ctx[k], int)},
                         "routes": ROUTES, "clients": sorted(CLIENTS), "adjusted": [new for _old, new in changes]}
