@@ -175,9 +175,10 @@ CODES = {
     "W_ROUTER_UNREACHABLE": (
         WARNING, "a router host of llm_routers could not be reached when a host left or joined the routers (a roll, "
         "a stop): its router did not take the change, and the run went on without it",
-        "When the router host is back, its keepalived check puts back the workers it had recorded (those that answer); "
-        "run site.yml --tags router then, so that its router holds the fleet's workers as they are now (a host added "
-        "or removed meanwhile is not in its record)."),
+        "Nothing, once the router host is back: its keepalived check gives its router the workers the other router "
+        "hosts serve (a host added or removed meanwhile as it is there) before it may hold router_vip. Without "
+        "llm_api_key, or when no other router host answers it, it puts back the workers it had recorded: run "
+        "site.yml --tags router then."),
     "W_AUTOTUNE_SKIPPED": (
         WARNING, "a tune is due but the engine is serving on the host; the new setup starts untuned",
         "Stop the service (playbooks/stop.yml) in a quiet hour and rerun with --tags autotune, then --tags service."),

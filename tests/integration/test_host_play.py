@@ -987,6 +987,11 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         time.sleep(0.5)
     assert routers.workers() == sorted(engines.values()), routers.workers()  # started again, its workers back
     assert routers.holder(vip) == [second]
+    # badkey stopped while both router hosts are up: out of both routers and of what each recorded. It is started
+    # again below while `second` is down, so `second`'s own record lacks it when it returns.
+    halted = fleet.run("--limit", badkey, "-e", "router_policy=cache_aware", playbook="playbooks/stop.yml")
+    assert halted.rc == 0, halted
+    assert routers.workers() == sorted(u for h, u in engines.items() if h != badkey), routers.workers()
     # The whole host stopped: its engine goes with it. The router host that takes the address takes out of its
     # router the workers that do not answer (keepalived's notify_master), or the router would send that engine
     # requests until its own health checks mark it (each retried elsewhere about 1 s later: the first answer
@@ -1005,25 +1010,31 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     failed_after, cut = after_move(load.outcomes(), stopped_at + took_host)
     assert moved_s is not None and moved_s < 3 and took_host < 3 and failed_after == [], (
         moved_s, took_host, took_one, failed_after)
-    live_engines = sorted(u for h, u in engines.items() if h != second)
+    live_engines = sorted(u for h, u in engines.items() if h not in (second, badkey))
     assert routers.workers_of(first) == live_engines, routers.workers_of(first)  # the stopped host's engine out
     measured("router host %s stopped: %s held %s %.2f s after the stop, the first request answered %.2f s after the "
              "stop (it took %.2f s); %d stream(s) cut, none failed of those started after (%s)" % (
                  second, first, vip, moved_s, took_host, took_one, len(cut), load.counts()))
-    # A roll goes on while a router host is down: badkey leaves and rejoins the router that answers, and the one
-    # that does not is named (W_ROUTER_UNREACHABLE), not a stop of the run.
+    # A roll goes on while a router host is down: badkey starts again and joins the router that answers, and the
+    # one that does not is named (W_ROUTER_UNREACHABLE), not a stop of the run.
     rolled = fleet.run("--limit", badkey, "-e", "llm_context=3072", "-e", "router_policy=cache_aware",
                        playbook="playbooks/restart.yml")
     assert rolled.rc == 0 and rolled.says("is now LIVE! on port %d" % ENGINE_PORTS["badkey"]), rolled
-    for verb in ("take the host out of it", "put the host back into it"):
-        assert rolled.says("W_ROUTER_UNREACHABLE [warning] %s %s: its router could not be reached to %s"
-                           % (badkey, second, verb)), (verb, rolled)
-    assert routers.workers_of(first) == live_engines, routers.workers_of(first)
-    restart_host(docker_host, bare_hosts, second)  # its engine answers again: put back by the check
+    assert rolled.says("W_ROUTER_UNREACHABLE [warning] %s %s: its router could not be reached to put the host back "
+                       "into it" % (badkey, second)), rolled
+    assert routers.workers_of(first) == sorted(live_engines + [engines[badkey]]), routers.workers_of(first)
+    # `second` returns: its router starts with its old workers, and its check gives it those `first` serves and
+    # noted (first's front, /gpuserve/router-workers, to a peer with the internal key) before it may hold the
+    # address: badkey, added while it was down, and its own engine, which `first` took out when it stopped.
+    restart_host(docker_host, bare_hosts, second)
     deadline = time.monotonic() + 120
     while routers.workers() != sorted(engines.values()) and time.monotonic() < deadline:
         time.sleep(1)
     assert routers.workers() == sorted(engines.values()), routers.workers()
+    asked = [line for line in sh(docker_host, first, "docker logs gpuserve-router-front 2>&1").stdout.splitlines()
+             if '"GET /gpuserve/router-workers" 200 ' in line]
+    assert asked, "the returning router host never asked the other for its workers"
+    measured("router host %s back: it asked %s's front for the workers: %s" % (second, first, asked[-1]))
     holders = set()
     for _reading in range(10):  # 5 s: it came back as BACKUP, the address stays
         holders.add(tuple(routers.holder(vip)))

@@ -165,3 +165,17 @@ def test_a_certificate_comes_with_its_key_and_the_names_are_names_or_addresses(s
     assert found["code"] == "E_CONFIG" and found["subject"] == subject and says in found["message"], found
     assert errors(llm_tls=True, llm_tls_cert_file="/etc/ssl/f.pem", llm_tls_key_file="/etc/ssl/f.key",
                   llm_tls_names=["*.example.com", "api.example.com", "10.0.0.9", "fd00::9"]) == []
+
+
+def test_a_routers_front_lets_only_its_peers_ask_with_the_internal_key_for_its_workers():
+    assert "/gpuserve/router-workers" not in render()  # a host's front, or a router without router_vip
+    found = locations(render(front_stage="router", front_peers=["10.0.0.6", "fd00::7"]))
+    route = found["= /gpuserve/router-workers"]
+    # the key check (rewrite phase) first: anyone without the internal key gets the 404 every unknown path gets
+    assert route.index('if ($gpuserve_peer != "1")') < route.index("allow 10.0.0.6;") < route.index("deny all;")
+    assert "allow fd00::7;" in route and "return 404" in route
+    # nothing goes upstream: the file the router host's check writes, read by nginx's worker in the front's folder
+    assert "alias /etc/gpuserve/router-workers.json;" in route and "proxy_pass" not in route
+    with open(os.path.join(ROOT, "roles", "front", "files", "front_auth.js")) as f:
+        script = f.read()
+    assert "function peer(r)" in script and "process.env.GPUSERVE_UPSTREAM_KEY" in script

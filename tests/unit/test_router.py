@@ -164,12 +164,13 @@ esac
 
 class Router(object):
     """A stand-in router's admin listener and front /health (test plumbing): /list_workers, /add_worker,
-    /remove_worker as vllm-router answers them, and /health that answers `health`."""
+    /remove_worker as vllm-router answers them, /health that answers `health`, and the front's route for the
+    other router hosts (/gpuserve/router-workers: the workers, to the internal key `key` only)."""
 
-    def __init__(self, workers, health=200):
+    def __init__(self, workers, health=200, key=None):
         import http.server
         import threading
-        self.workers, self.health, self.calls = list(workers), health, []
+        self.workers, self.health, self.calls, self.key, self.asked = list(workers), health, [], key, []
         self.answering = {"/w1/", "/w2/"}  # the workers whose /health is 200
         router = self
 
@@ -187,6 +188,10 @@ class Router(object):
             def do_GET(self):
                 if self.path == "/list_workers":
                     return self._answer(200, {"urls": router.workers})
+                if self.path == "/gpuserve/router-workers":  # a router host's front to its peers
+                    router.asked.append(self.headers.get("Authorization"))
+                    known = router.key and self.headers.get("Authorization") == "Bearer " + router.key
+                    return self._answer(200, {"urls": router.workers}) if known else self._answer(404, {})
                 if self.path.endswith("/health"):  # the front's, and the workers' (healthy: router.answering)
                     worker = 200 if self.path.startswith(tuple(router.answering)) else 503
                     return self._answer(router.health if self.path == "/health" else worker, {})
@@ -403,3 +408,41 @@ def test_while_the_plays_replace_the_router_the_check_does_not_start_the_old_one
     assert check(state)[0] == 1
     assert not (state / "started.log").exists()  # the plays start the new one
     assert json.loads((state / "workers.json").read_text()) == {"replacing": "2026-12-03T10:00:00Z"}
+
+
+def test_a_router_host_that_returns_serves_the_workers_its_peer_serves_not_only_those_it_recorded(host):
+    state, router = host
+    w1, w2, w3 = router.url + "/w1/", router.url + "/w2/", router.url + "/w3/"
+    router.workers, router.answering = [w1, w3], {"/w1/", "/w2/", "/w3/"}
+    config = json.loads((state / "check.json").read_text())
+    config["published"] = str(state / "router-workers.json")  # in the front's folder: what the peers are given
+    (state / "check.json").write_text(json.dumps(config))
+    assert check(state)[0] == 0  # recorded: w1 and w3, and published for the other router hosts
+    assert json.loads((state / "router-workers.json").read_text()) == {"urls": [w1, w3]}
+    assert (state / "router-workers.json").stat().st_mode & 0o777 == 0o644
+    # While this host was down the plays added w2 and took w3 out (its engine still answers): the peer serves
+    # w1 and w2. The host comes back: its router starts with what it had, its check asks the peer's front.
+    peer = Router([w1, w2], key="sk-internal-0123456789")
+    config = json.loads((state / "check.json").read_text())
+    config.update(peers=["127.0.0.1"], peer_url=peer.url.replace("127.0.0.1", "{}") + "/gpuserve/router-workers",
+                  key_file=str(state / "internal.key"))
+    (state / "check.json").write_text(json.dumps(config))
+    (state / "internal.key").write_text("sk-internal-0123456789\n")
+    try:
+        (state / "gpuserve-router").write_text("running 2026-12-04T09:00:00Z\n")
+        code, said = check(state)
+        assert code == 1 and "workers restored (as the other router hosts serve them)" in said, said
+        assert sorted(router.workers) == [w1, w2] and peer.asked == ["Bearer sk-internal-0123456789"]
+        assert "sk-internal" not in said
+        assert json.loads((state / "workers.json").read_text())["workers"] == [w1, w2]
+        assert check(state)[0] == 0  # then it may hold the address
+        assert json.loads((state / "router-workers.json").read_text()) == {"urls": [w1, w2]}
+        # A peer that does not know the key (or none that answers): the record here, said so.
+        peer.key = "sk-another"
+        (state / "gpuserve-router").write_text("running 2026-12-04T09:30:00Z\n")
+        router.workers = [w3]
+        code, said = check(state)
+        assert code == 1 and "as recorded here: no other router host answered" in said, said
+        assert sorted(router.workers) == [w1, w2]
+    finally:
+        peer.close()

@@ -18,9 +18,17 @@ function digest(r) {
     return crypto.createHash('sha256').update(m[1]).digest('hex');
 }
 
+// peer: '1' when the bearer token is the internal key itself (another router host's check asking for this
+// router's workers; the front lets that route be asked from the peers' addresses only), else ''.
+function peer(r) {
+    var key = process.env.GPUSERVE_UPSTREAM_KEY || '';
+    var given = digest(r);
+    return key && given && given === crypto.createHash('sha256').update(key).digest('hex') ? '1' : '';
+}
+
 function upstream(r) {
     var key = process.env.GPUSERVE_UPSTREAM_KEY || '';
     return key ? 'Bearer ' + key : '';
 }
 
-export default {digest, upstream};
+export default {digest, peer, upstream};

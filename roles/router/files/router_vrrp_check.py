@@ -7,11 +7,14 @@ written by the router role) as its argument. In order:
    restart policy does not undo): start it again (not the router while the plays replace it), give the
    address up this time;
 3. the router container started since the workers were last recorded (started again here, or by its
-   daemon): put back the workers recorded, those that answer their health check (the others are noted, as
-   below), and take out any other; give the address up this time. A container the plays start is recorded
-   anew: the router play marks the one it replaces (`replacing`), and nothing is recorded from that one;
+   daemon, or its host came back): put back the workers the other router hosts' routers serve now (asked of
+   their fronts with the internal key: a host added or removed while this one was down is known there),
+   or the workers recorded here when no peer answers; those that answer their health check (the others are
+   noted, as below), and take out any other; give the address up this time. A container the plays start is
+   recorded anew: the router play marks the one it replaces (`replacing`), and nothing is recorded from it;
 4. put back the workers noted (below) that answer again;
-5. record the router's workers and the noted ones (the record a router started again is given back);
+5. record the router's workers and the noted ones (the record a router started again is given back), and
+   publish them (`published`, in the front's folder) for the other router hosts' checks;
 6. the front's /health (the router ready with at least one worker): 200 or give the address up.
 With `master` after the configuration (keepalived's notify_master, when this host takes the address): take out
 of the router every worker whose host takes no TCP connection within CONNECT_TIMEOUT, and note them in
@@ -54,8 +57,8 @@ def running_since(name):
     return words[1] if got.returncode == 0 and words[:1] == ["true"] else None
 
 
-def ask(url, method="GET", timeout=2, context=None):
-    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+def ask(url, method="GET", timeout=2, context=None, headers=None):
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None, headers=headers or {})
     with urllib.request.urlopen(request, timeout=timeout, context=context) as r:
         return r.status, r.read().decode()
 
@@ -180,23 +183,50 @@ def readmit(config, have):
     return left
 
 
+def peers_workers(config):
+    """The workers the other router hosts serve and have noted (their fronts' /gpuserve/router-workers, with the
+    internal key), all of them together; None when no peer answers (or there is no peer or no key)."""
+    try:
+        with open(config.get("key_file") or "") as f:
+            key = f.read().strip()
+    except OSError:
+        key = ""
+    peers = config.get("peers") or []
+    if not key or not peers:
+        return None
+    urls = [config["peer_url"].format("[%s]" % p if ":" in p else p) for p in peers]
+
+    def listed(url):
+        try:
+            status, text = ask(url, context=tls_context(config), headers={"Authorization": "Bearer " + key})
+            return sorted(json.loads(text)["urls"]) if status == 200 else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    lists = [got for got in at_once(urls, listed).values() if got is not None]
+    return sorted(set().union(*lists)) if lists else None
+
+
 def restore(config, record):
-    """The recorded workers that answer back into the router, any other out. True when done."""
+    """The workers the peers serve (else those recorded) that answer back into the router, any other out. The
+    workers it was given to serve, or None when the router does not answer yet."""
     admin = config["admin"]
     try:
         have = workers(admin)
     except (OSError, ValueError, KeyError):
-        return False  # not listening yet
-    missing = [u for u in record["workers"] if u not in have]
+        return None  # not listening yet
+    current = peers_workers(config)
+    wanted = record["workers"] if current is None else current
+    missing = [u for u in wanted if u not in have]
     answer = at_once(missing, lambda u: connects(u) and healthy(u, HEALTH_TIMEOUT))
     for url in [u for u in missing if answer[u]]:
         post(admin, "/add_worker", url, 30)
-    for url in [u for u in have if u not in record["workers"]]:
+    for url in [u for u in have if u not in wanted]:
         post(admin, "/remove_worker", url, 10)
-    # the recorded ones that do not answer now: noted, put back when they do (not lost with the next record)
+    # the wanted ones that do not answer now: noted, put back when they do (not lost with the next record)
     update_noted(config["state_dir"], lambda noted: noted | set(u for u in missing if not answer[u]))
-    say("workers restored: %s" % ", ".join(workers(admin)))
-    return True
+    say("workers restored (%s): %s" % ("as the other router hosts serve them" if current is not None else
+                                       "as recorded here: no other router host answered", ", ".join(workers(admin))))
+    return wanted
 
 
 def main(path, event=None):
@@ -231,9 +261,10 @@ def main(path, event=None):
         recorded = None  # the plays' new container: recorded anew
     restored = bool(recorded) and recorded.get("started") != started
     if restored:
-        if not restore(config, recorded):
+        wanted = restore(config, recorded)
+        if wanted is None:
             return 1
-        record = dict(recorded, started=started)
+        record = dict(recorded, started=started, workers=wanted)
     else:
         try:
             noted = readmit(config, workers(config["admin"]))
@@ -243,20 +274,33 @@ def main(path, event=None):
     # written unless the plays marked a replacement since it was read (their mark wins)
     if record != recorded and "replacing" not in (read_json(record_path, None) or {}) or replacing:
         write_json(record_path, record)
+    published = config.get("published")
+    if published and read_json(published, None) != {"urls": record["workers"]}:
+        try:
+            write_json(published, {"urls": record["workers"]})
+            os.chmod(published, 0o644)  # nginx's workers (nobody) read it
+        except OSError as e:  # the front's folder is not made yet
+            say("could not publish the workers for the other router hosts: %s" % e)
     if restored:
         return 1  # the address from the next check on
     return front_answers(config)
 
 
+def tls_context(config):
+    """For a front with llm_tls: verified with the collection's CA; a given certificate, which need not name the
+    address asked here, is checked by the plays and preflight instead (None for plain HTTP)."""
+    if not config["health"].startswith("https:"):
+        return None
+    context = ssl.create_default_context(cafile=config["cafile"] or None)
+    if not config["cafile"]:
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return context
+
+
 def front_answers(config):
     """0 when the front's /health is 200 (the router ready with at least one worker), else 1."""
-    context = None
-    if config["health"].startswith("https:"):
-        context = ssl.create_default_context(cafile=config["cafile"] or None)
-        if not config["cafile"]:  # a given certificate: checked by the plays, not here on loopback
-            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     try:
-        return 0 if ask(config["health"], context=context)[0] == 200 else 1
+        return 0 if ask(config["health"], context=tls_context(config))[0] == 200 else 1
     except OSError:
         return 1
 
