@@ -30,6 +30,21 @@
 #      requests, warm-up + 3 passes
 #   5. bench_recipe_vs_defaults.py recipe-no-mtp, the recipe as rendered: the same rows on the same machine
 #   After each server: which fused ops vLLM's torch.compile output holds (grep of ~/.cache/vllm/torch_compile_cache).
+# What ran on 2026-12-04 (report.md), one lease, back to back, .whl/g3/repo = git archive of f2e8d56 (this script):
+#   g1: CALL=g1 bash .../run.sh stash .whl/g1        g2: CALL=g2 bash .../run.sh stash .whl/g2
+#   g3: CALL=g3 LEASE_LEFT=1755 bash .../run.sh start .whl/g3
+#   g4: CALL=g4 bash .../run.sh wait .               g5: CALL=g5 CALL_S=330 bash .../run.sh wait .   (driver done)
+#   g6 (bench 4 again on the machine's compiled kernels, its 1st start having stalled at 16 and 40; then collect):
+#     export CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1 VLLM_DEEP_GEMM_WARMUP=skip;
+#     mkdir -p /root/work/out2; (cd /root/repo && NAME=full-deepgemm-again BUDGET_S=230 LAYERS=46 KINDS=prose
+#     CONCURRENCY=1,16,40 REPEATS=3 SIDE='' PREFILL='' REUSE=0 HEALTH_TIMEOUT=200 DROP=--kv-cache-memory-bytes
+#     TEMPERATURES=0 ADD='["--linear-backend", "deep_gemm"]' timeout -s INT 270 python3
+#     tests/gpu/bench_recipe_vs_defaults.py /root/work/out2 recipe-no-mtp /root/vllm/site 2>&1 |
+#     tee /root/work/out2/bench-again.log); sleep 3; echo "vLLM servers left: $(pgrep -c -f 'm vllm.entrypoints.cli.main')";
+#     grep -h "Graph capturing finished\|init engine\|Selected" /root/work/out2/vllm-full-deepgemm-again.log | cut -c1-200;
+#     CALL=g6 bash /root/repo/tests/gpu/h200-step-after-2026-12-04/run.sh collect /root/repo
+#   (the count of vLLM servers left counts the command's own line, which holds the pattern)
+# Then, here: floors.py on the four traces (report.md).
 # No GPU setting is changed.
 set -uo pipefail
 MODE=${1:?usage: run.sh stash|start|wait|collect|drive CARRIED}
