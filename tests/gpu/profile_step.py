@@ -146,8 +146,10 @@ def rendered_command():
             f.write(text)
     defaults = dict((k, v) for k, v in load("roles/llm/defaults/main.yml").items() if "{{" not in str(v))
     settings = dict(defaults, **load("inventories/example/group_vars/llm_hosts/settings.yml"))
+    # The engine binds llm_engine_host:llm_engine_port (as in bench_recipe_vs_defaults.py): served on PORT, no front.
     settings.update(llm_vision=False, llm_weights="dummy", llm_gpus=[0], llm_api_key=KEY, llm_host="127.0.0.1",
-                    llm_port=PORT, llm_model_dense="fp8", llm_drafter=os.environ.get("DRAFTER", "off"))
+                    llm_port=PORT, llm_engine_host="127.0.0.1", llm_engine_port=PORT, llm_model_dense="fp8",
+                    llm_drafter=os.environ.get("DRAFTER", "off"))
     import pynvml
     pynvml.nvmlInit()
     total = int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).total // (1024 * 1024))
