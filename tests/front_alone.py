@@ -45,7 +45,7 @@ class Front:
         image = "gpuserve-test/front:" + os.path.basename(roots[-1])[len("gpuserve-front-"):-len(".tar")]
         self.docker = ["docker", "-H", docker_host]
         if subprocess.run(self.docker + ["image", "inspect", image], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL).returncode:
+                          stderr=subprocess.DEVNULL, check=False).returncode:
             subprocess.run(self.docker + ["import", roots[-1], image], check=True, stdout=subprocess.PIPE)
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "front.conf"), "w") as f:
@@ -55,7 +55,7 @@ class Front:
                     open(os.path.join(folder, script), "w") as dest:
                 dest.write(src.read())
         self.name, self.url = name, "http://127.0.0.1:%d" % port
-        subprocess.run(self.docker + ["rm", "-f", name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(self.docker + ["rm", "-f", name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         subprocess.run(self.docker + ["run", "-d", "--name", name, "--network", "host", "-e",
                                       "GPUSERVE_UPSTREAM_KEY=" + upstream_key, "-v", "%s:/etc/gpuserve:ro" % folder,
                                       image, "nginx", "-c", "/etc/gpuserve/front.conf", "-g", "daemon off;"],
@@ -74,7 +74,8 @@ class Front:
 
     def logs(self):
         return subprocess.run(self.docker + ["logs", self.name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              universal_newlines=True).stdout
+                              universal_newlines=True, check=False).stdout
 
     def stop(self):
-        subprocess.run(self.docker + ["rm", "-f", self.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(self.docker + ["rm", "-f", self.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=False)

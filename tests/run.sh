@@ -183,12 +183,12 @@ kill_tree() {  # kill_tree PID...: the processes and everything they started
 }
 
 # A failed run's tail names what failed: the lines of a failed phase's log that say which test and
-# why (pytest's short summary and assertion lines, molecule's failed task), printed again before
-# the phase lines - the log itself may be thousands of lines above.
+# why (pytest's short summary and assertion lines, molecule's failed task, ansible-test's ERROR: lines),
+# printed again before the phase lines - the log itself may be thousands of lines above.
 RECAP=$(mktemp)
 recap() {  # recap NAME LOG: what NAME's log says of its failure, kept for the summary
   { echo "--- ${1}"
-    grep -E '^(FAILED|ERROR) |^E  |pytest collected no tests|^fatal: |^failed: |=== molecule .* failed' "$2" \
+    grep -E '^(FAILED|ERROR) |^ERROR: |^E  |pytest collected no tests|^fatal: |^failed: |=== molecule .* failed' "$2" \
       | cut -c1-400 | tail -n 60 || true; } >> "$RECAP"
 }
 

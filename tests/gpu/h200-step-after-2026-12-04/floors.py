@@ -22,7 +22,6 @@ Bytes a token, by family (1 byte a weight for the block-FP8 linears, as in plugi
 import gzip
 import json
 import os
-import re
 import statistics
 import sys
 
@@ -87,9 +86,10 @@ def analyse(path, c, nbytes):
     heads = [(sum(d) / len(d), name) for name, (fam, d) in per_name.items() if fam == "gemm?" and len(d) <= 1.5 * steps]
     head = max(heads)[1] if heads else None
     fams = {}
-    for name, (fam, durs) in per_name.items():
+    for name, entry in per_name.items():
+        fam, durs = entry
         fam = "lm_head" if name == head else ("other" if fam == "gemm?" else fam)
-        per_name[name][0] = fam
+        entry[0] = fam
         fams.setdefault(fam, []).extend(durs)
     # the step's wall time by family: each stretch between two kernel starts or ends is split equally among the
     # kernels running in it (under CUDA graphs the shared expert runs on a second stream beside the routed experts,
