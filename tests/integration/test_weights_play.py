@@ -260,13 +260,18 @@ def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_
                                                           {"type": "text", "text": "Say hello."}]}],
                             temperature=0, max_tokens=120)[0]["choices"][0]["message"]["content"] == \
             reply["message"]["content"]
+        deep = b"[" * 40 + b"]" * 40  # njs reads 32 levels
         for body, says in ((b"{\"messages\": [", "the request body is not JSON"), (b"", "the request has no body"),
-                           (b"[" * 40 + b"]" * 40, "nests JSON deeper than this front reads")):
+                           (b'{"messages": [{"role": "user", "content": [{"type": "image_url", "x": %s}]}]}' % deep,
+                            "nests JSON deeper than this front reads")):
             request = urllib.request.Request(front.url + "/v1/chat/completions", data=body, method="POST", headers={
                 "Authorization": "Bearer " + CLIENTS["alice"], "Content-Type": "application/json"})
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(request, timeout=30)
             assert refused.value.code == 400 and says in refused.value.read().decode(), says
+        # deeper than njs reads but no media in it (a deep schema): it goes on unread, and is served
+        assert fronted.chat([{"role": "user", "content": "Say hello."}], temperature=0, max_tokens=8,
+                            metadata={"deep": json.loads(deep)})[0]["choices"][0]["finish_reason"]
         # a stream through the check is a stream: the engine's chunks, the same text as the engine's own reply
         streamed = fronted.stream([{"role": "user", "content": "Say hello."}], temperature=0, max_tokens=120)
         assert streamed["chunks"] > 1 and streamed["text"] == reply["message"]["content"], streamed

@@ -178,4 +178,4 @@ def test_a_routers_front_lets_only_its_peers_ask_with_the_internal_key_for_its_w
     assert "alias /etc/gpuserve/router-workers.json;" in route and "proxy_pass" not in route
     with open(os.path.join(ROOT, "roles", "front", "files", "front_auth.js")) as f:
         script = f.read()
-    assert "function peer(r)" in script and "process.env.GPUSERVE_UPSTREAM_KEY" in script
+    assert "function peer(r)" in script and "crypto.createHmac('sha256', key).update(PEERS)" in script

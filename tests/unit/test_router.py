@@ -1,6 +1,8 @@
 """The router stage's pieces that need no router: its command line against vllm-router 0.1.17's help
 (its front: test_front.py), the engines' running-request counts the drain waits on, the fleet URL, and
 the settings rules (a policy the router lacks, a router host whose ports collide)."""
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -190,7 +192,8 @@ class Router(object):
                     return self._answer(200, {"urls": router.workers})
                 if self.path == "/gpuserve/router-workers":  # a router host's front to its peers
                     router.asked.append(self.headers.get("Authorization"))
-                    known = router.key and self.headers.get("Authorization") == "Bearer " + router.key
+                    known = router.key and self.headers.get("Authorization") == "Bearer " + hmac.new(
+                        router.key.encode(), b"gpuserve.llm router peers", hashlib.sha256).hexdigest()
                     return self._answer(200, {"urls": router.workers}) if known else self._answer(404, {})
                 if self.path.endswith("/health"):  # the front's, and the workers' (healthy: router.answering)
                     worker = 200 if self.path.startswith(tuple(router.answering)) else 503
@@ -428,12 +431,15 @@ def test_a_router_host_that_returns_serves_the_workers_its_peer_serves_not_only_
                   key_file=str(state / "internal.key"))
     (state / "check.json").write_text(json.dumps(config))
     (state / "internal.key").write_text("sk-internal-0123456789\n")
+    (state / "evicted.json").write_text(json.dumps([w3]))  # noted here before it went down
     try:
         (state / "gpuserve-router").write_text("running 2026-12-04T09:00:00Z\n")
         code, said = check(state)
         assert code == 1 and "workers restored (as the other router hosts serve them)" in said, said
-        assert sorted(router.workers) == [w1, w2] and peer.asked == ["Bearer sk-internal-0123456789"]
+        # asked with the peers' token, an HMAC of the internal key: never the key itself
+        assert sorted(router.workers) == [w1, w2] and len(peer.asked) == 1 and "sk-internal" not in peer.asked[0]
         assert "sk-internal" not in said
+        assert json.loads((state / "evicted.json").read_text()) == []  # w3, noted before, is out of the fleet
         assert json.loads((state / "workers.json").read_text())["workers"] == [w1, w2]
         assert check(state)[0] == 0  # then it may hold the address
         assert json.loads((state / "router-workers.json").read_text()) == {"urls": [w1, w2]}

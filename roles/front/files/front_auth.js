@@ -18,12 +18,20 @@ function digest(r) {
     return crypto.createHash('sha256').update(m[1]).digest('hex');
 }
 
-// peer: '1' when the bearer token is the internal key itself (another router host's check asking for this
-// router's workers; the front lets that route be asked from the peers' addresses only), else ''.
+// peer: '1' when the bearer token is the router hosts' peer token, an HMAC of the internal key (another router
+// host's check asking for this router's workers; the front lets that route be asked from the peers' addresses
+// only), else ''. The internal key itself never goes to a peer: whoever answers at a peer's address learns
+// only a token that reads the worker list.
+var PEERS = 'gpuserve.llm router peers';
+
 function peer(r) {
     var key = process.env.GPUSERVE_UPSTREAM_KEY || '';
     var given = digest(r);
-    return key && given && given === crypto.createHash('sha256').update(key).digest('hex') ? '1' : '';
+    if (!key || !given) {
+        return '';
+    }
+    var token = crypto.createHmac('sha256', key).update(PEERS).digest('hex');
+    return given === crypto.createHash('sha256').update(token).digest('hex') ? '1' : '';
 }
 
 function upstream(r) {

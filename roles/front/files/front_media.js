@@ -1,14 +1,16 @@
 // gpuserve.llm front (roles/front): a POST body is read here before any of it goes upstream. It must be
-// JSON, no string in it may be larger than one media item (front_media_item_mib: a data URL counts its
-// decoded bytes), and a request may carry no more images and videos than the engine is set to take
-// (vLLM's --limit-mm-per-prompt; llama-server has no such limit and no per-item cap of its own). A body
-// that passes goes upstream as it came (an internal redirect: nginx sends the body it has read and
-// streams the answer); one that does not is refused with a 400 that says what was wrong.
+// JSON; no data: URL in it, and no string of a media part, may carry more than one media item
+// (front_media_item_mib: a base64 data URL counts its decoded bytes); and a request may carry no more
+// images and videos than the engine is set to take (vLLM's --limit-mm-per-prompt; llama-server has no
+// such limit and no per-item cap of its own). A body that passes goes upstream as it came (an internal
+// redirect: nginx sends the body it has read and streams the answer); one that does not is refused with a
+// 400 that says what was wrong.
 var fs = require('fs');
 
-// Content parts by their "type", and by their key where a part has no type (vLLM reads both).
+// Content parts by their "type", and by their key where a part has no type (vLLM reads both). Audio is
+// checked for its size, not counted.
 var KINDS = {image_url: 'image', input_image: 'image', image_pil: 'image', image_embeds: 'image',
-             video_url: 'video', input_video: 'video'};
+             video_url: 'video', input_video: 'video', audio_url: 'audio', input_audio: 'audio'};
 
 function refuse(r, message) {
     r.variables.gpuserve_path = '';
@@ -31,7 +33,7 @@ function mib(bytes) {
 }
 
 // The bytes a string carries: a base64 data URL's decoded size, else its length.
-function itemBytes(s) {
+function carried(s) {
     if (s.slice(0, 5).toLowerCase() === 'data:') {
         var comma = s.indexOf(',');
         if (comma > 0 && /;base64$/i.test(s.slice(0, comma))) {
@@ -58,8 +60,9 @@ function kindOf(part) {
     return null;
 }
 
-// The content parts a request's media can be in: chat's messages[].content[], the Responses API's
-// input[] and input[].content[].
+// The content parts a request's media can be in, each [path, part, kind]: chat's messages[].content[], the
+// Responses API's input[] and input[].content[], and llama-server's completion prompts' multimodal_data[]
+// (each item a media file: counted as an image).
 function parts(doc) {
     var out = [];
     var lists = [];
@@ -72,45 +75,83 @@ function parts(doc) {
     }
     lists.forEach(function(l) {
         if (Array.isArray(l[1])) {
-            l[1].forEach(function(p, j) { out.push([l[0] + '[' + j + ']', p]); });
+            l[1].forEach(function(p, j) { out.push([l[0] + '[' + j + ']', p, kindOf(p)]); });
+        }
+    });
+    var prompts = Array.isArray(doc.prompt) ? doc.prompt : [doc.prompt];
+    prompts.forEach(function(p, i) {
+        if (p && typeof p === 'object' && Array.isArray(p.multimodal_data)) {
+            p.multimodal_data.forEach(function(item, j) {
+                out.push(['prompt' + (Array.isArray(doc.prompt) ? '[' + i + ']' : '') + '.multimodal_data[' + j + ']',
+                          item, 'image']);
+            });
         }
     });
     return out;
 }
 
-function problem(doc, limits) {
-    var stack = [[doc, '']];
+// Where a value is, built only for a message: the walk keeps each value's parent and key, not its path (a
+// path a value would copy its parent's: an array of many values under a long key would make the front build
+// a string the key's length for each of them).
+function pathOf(node) {
+    var names = [];
+    for (; node.parent; node = node.parent) {
+        names.unshift(typeof node.key === 'number' ? '[' + node.key + ']' : '.' + node.key);
+    }
+    var path = (node.key || '') + names.join('');
+    return path.charAt(0) === '.' ? path.slice(1) : path;
+}
+
+// [where, bytes] of the first string under `root` (any string: a media part) or, with onlyData, the first
+// data: URL that carries more than `cap` bytes; null when none does.
+function oversize(root, rootPath, cap, onlyData) {
+    var stack = [{value: root, parent: null, key: rootPath}];
     while (stack.length) {
-        var top = stack.pop();
-        var value = top[0], path = top[1];
+        var node = stack.pop();
+        var value = node.value;
         if (typeof value === 'string') {
-            var bytes = itemBytes(value);
-            if (bytes > limits.itemBytes) {
-                return (path || 'the body') + ' is ' + mib(bytes) + ' (' + bytes + ' bytes): over this endpoint\'s '
-                    + mib(limits.itemBytes) + ' a media item';
+            if ((!onlyData || value.slice(0, 5).toLowerCase() === 'data:') && cap < value.length) {
+                var bytes = carried(value);
+                if (bytes > cap) {
+                    return [pathOf(node), bytes];
+                }
             }
         } else if (value !== null && typeof value === 'object') {
+            var isArray = Array.isArray(value);
             var keys = Object.keys(value);
             for (var i = keys.length - 1; i >= 0; i--) {
-                var k = keys[i];
-                stack.push([value[k], Array.isArray(value) ? path + '[' + k + ']' : (path ? path + '.' : '') + k]);
+                stack.push({value: value[keys[i]], parent: node, key: isArray ? i : keys[i]});
             }
         }
     }
-    var counts = {image: 0, video: 0};
-    parts(doc).forEach(function(p) {
-        var kind = kindOf(p[1]);
-        if (kind) {
-            counts[kind] += 1;
+    return null;
+}
+
+function problem(doc, limits) {
+    var found = parts(doc);
+    var over = oversize(doc, '', limits.itemBytes, true);
+    for (var i = 0; !over && i < found.length; i++) {
+        if (found[i][2]) {
+            over = oversize(found[i][1], found[i][0], limits.itemBytes, false);
+        }
+    }
+    if (over) {
+        return over[0] + ' is ' + mib(over[1]) + ' (' + over[1] + ' bytes): over this endpoint\'s '
+            + mib(limits.itemBytes) + ' a media item';
+    }
+    var counts = {image: 0, video: 0, audio: 0};
+    found.forEach(function(p) {
+        if (p[2]) {
+            counts[p[2]] += 1;
         }
     });
-    var over = [];
+    var many = [];
     ['image', 'video'].forEach(function(kind) {
         if (counts[kind] > limits[kind]) {
-            over.push(counts[kind] + ' ' + kind + (counts[kind] > 1 ? 's' : ''));
+            many.push(counts[kind] + ' ' + kind + (counts[kind] > 1 ? 's' : ''));
         }
     });
-    return over.length ? over.join(' and ') + ' in one request: ' + limits.why : null;
+    return many.length ? many.join(' and ') + ' in one request: ' + limits.why : null;
 }
 
 function check(r) {
@@ -118,19 +159,27 @@ function check(r) {
     if (text === undefined || text.length === 0) {
         return refuse(r, 'the request has no body: send the request as JSON');
     }
+    var v = r.variables;
+    var cap = Number(v.gpuserve_media_item_bytes);
     var doc;
     try {
         doc = JSON.parse(text);
     } catch (e) {
         var why = String(e.message);
-        return refuse(r, /too deep/i.test(why) ? 'the request body nests JSON deeper than this front reads (njs: '
-                      + why.slice(0, 80) + ')' : 'the request body is not JSON (' + why.slice(0, 120) + ')');
+        if (!/too deep/i.test(why)) {
+            return refuse(r, 'the request body is not JSON (' + why.slice(0, 120) + ')');
+        }
+        // njs reads JSON 32 levels deep; a deeper body (a deep tool or output schema) goes on unread when it
+        // can carry no media: shorter than one item, and no media word, spelt out or escaped.
+        if (text.length <= cap && !/image|video|multimodal|\\u/i.test(text)) {
+            return r.internalRedirect('@upstream');
+        }
+        return refuse(r, 'the request body nests JSON deeper than this front reads (njs: ' + why.slice(0, 80) + ')');
     }
     if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) {
         return refuse(r, 'the request body is JSON but not an object');
     }
-    var v = r.variables;
-    var found = problem(doc, {itemBytes: Number(v.gpuserve_media_item_bytes), image: Number(v.gpuserve_media_images),
+    var found = problem(doc, {itemBytes: cap, image: Number(v.gpuserve_media_images),
                               video: Number(v.gpuserve_media_videos), why: v.gpuserve_media_why});
     if (found) {
         return refuse(r, found);

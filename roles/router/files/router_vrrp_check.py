@@ -26,6 +26,8 @@ Standard library only; what it did goes to the system log (tag gpuserve-router-c
 """
 import contextlib
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 import socket
@@ -40,6 +42,7 @@ import urllib.request
 # A dead host takes no connection: the MASTER's notice asks only that, not /health (SGLang's takes >= 1 s).
 CONNECT_TIMEOUT = 0.5
 HEALTH_TIMEOUT = 5  # a noted worker that takes connections again: its /health, before it is put back
+PEERS = b"gpuserve.llm router peers"  # the HMAC's message, as in the front's front_auth.js
 
 
 def say(text):
@@ -195,10 +198,13 @@ def peers_workers(config):
     if not key or not peers:
         return None
     urls = [config["peer_url"].format("[%s]" % p if ":" in p else p) for p in peers]
+    # the peers' token (front_auth.js's peer()), not the internal key: whoever answers at a peer's address
+    # learns a token that reads the worker list, nothing more
+    token = hmac.new(key.encode(), PEERS, hashlib.sha256).hexdigest()
 
     def listed(url):
         try:
-            status, text = ask(url, context=tls_context(config), headers={"Authorization": "Bearer " + key})
+            status, text = ask(url, context=tls_context(config), headers={"Authorization": "Bearer " + token})
             return sorted(json.loads(text)["urls"]) if status == 200 else None
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -222,8 +228,10 @@ def restore(config, record):
         post(admin, "/add_worker", url, 30)
     for url in [u for u in have if u not in wanted]:
         post(admin, "/remove_worker", url, 10)
-    # the wanted ones that do not answer now: noted, put back when they do (not lost with the next record)
-    update_noted(config["state_dir"], lambda noted: noted | set(u for u in missing if not answer[u]))
+    # the wanted ones that do not answer now: noted, put back when they do (not lost with the next record); with
+    # the peers' list, a worker noted here before that the plays have since taken out is dropped from the note
+    down = set(u for u in missing if not answer[u])
+    update_noted(config["state_dir"], lambda noted: (noted if current is None else noted & set(wanted)) | down)
     say("workers restored (%s): %s" % ("as the other router hosts serve them" if current is not None else
                                        "as recorded here: no other router host answered", ", ".join(workers(admin))))
     return wanted
