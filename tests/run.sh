@@ -114,7 +114,7 @@ check_phase() {  # check_phase NAME COMMAND...: a phase, unless it passed on the
 # llama.cpp root, written by rename), never a port or a container name: the playbook tests of each
 # stream use ports the other's do not.
 declare -A MOLECULE=(
-  [default]="molecule default (2 container hosts: site.yml, verify, bench, stop), beside"
+  [default]="molecule default (1 container host: site.yml, verify, bench, stop), beside"
   [preflight]="molecule preflight (7 container hosts), beside"
 )
 declare -A BG_PID=() BG_DIR=()
