@@ -31,7 +31,7 @@ def render(**changes):
                    front_listen="0.0.0.0:8020", front_upstream="127.0.0.1:18020", front_health_path="/health",
                    front_routes=engines.PROFILES["vllm"]["front_routes"], llm_tls=False, front_media_item_mib=20,
                    front_media=engines.PROFILES["vllm"]["media_per_request"],
-                   front_media_why="vllm takes at most 4 images and 1 video a request")
+                   front_media_why="vllm takes at most 4 images and 1 video a request", front_media_urls="data_only")
     context.update(changes)
     return template.render(**context)
 

@@ -47,8 +47,12 @@ PROFILES = {
         "running": {"path": "/metrics", "metrics": ["sglang:num_running_reqs", "sglang:num_queue_reqs"]},
         "api_key_env": "GPUSERVE_API_KEY",  # SGLang takes --api-key only: its template passes it through a shell
         "front_routes": dict(CHAT_ROUTES, **{"/v1/responses": ["POST"]}),
-        # SGLang 0.5.5 has no per-request limit of its own: the front's count is the only one.
-        "media_per_request": {"image": 4, "video": 1},
+        # SGLang 0.5.5 has no per-request limit of its own: the front's count is the only one. No video: it
+        # decodes every frame into memory in its HTTP server's process (decord), unsampled.
+        "media_per_request": {"image": 4, "video": 0},
+        "no_video": "SGLang 0.5.5 decodes every frame of a video into memory in its HTTP server's process (a 38 KB "
+                    "600-frame 1080p H.264 took 3.7 GB of arrays, 8.4 GB at peak): the front refuses video on "
+                    "SGLang; images only",
     },
     "llamacpp": {
         "version": "Debian llama.cpp-tools",

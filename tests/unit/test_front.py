@@ -49,7 +49,9 @@ def test_only_the_engines_openai_routes_and_health_are_forwarded_each_to_its_own
 
 def test_the_body_check_gets_the_item_cap_and_the_engines_media_counts():
     conf = render(front_media_item_mib=3, front_media={"image": 4, "video": 0},
-                  front_media_why="llamacpp takes at most 4 images and no video a request")
+                  front_media_why="llamacpp takes at most 4 images and no video a request",
+                  front_media_urls="example.com media.example.org")
+    assert 'set $gpuserve_media_urls "example.com media.example.org";' in conf
     assert "set $gpuserve_media_item_bytes 3145728;" in conf
     assert "set $gpuserve_media_images 4;" in conf and "set $gpuserve_media_videos 0;" in conf
     assert 'set $gpuserve_media_why "llamacpp takes at most 4 images and no video a request";' in conf

@@ -297,7 +297,9 @@ def test_an_engine_without_video_has_video_input_not_run_with_the_profiles_reaso
     image, video = media_checks(MediaEngine(fetches_urls=True), media_urls="any", no_video=why)
     assert (image["status"], image["total"]) == ("pass", 4)
     assert (video["status"], video["why"]) == ("not_run", why) and "ffmpeg" in why
-    assert "no_video" not in engines.PROFILES["vllm"] and "no_video" not in engines.PROFILES["sglang"]
+    # every engine the front refuses video for says why, and only those
+    assert [n for n, p in engines.PROFILES.items() if "no_video" in p] == \
+        [n for n, p in engines.PROFILES.items() if p["media_per_request"]["video"] == 0] == ["sglang", "llamacpp"]
 
 
 def test_the_avi_is_one_uncompressed_top_down_stream_with_an_index_entry_per_frame():

@@ -4,7 +4,9 @@
 // images and videos than the engine is set to take (vLLM's --limit-mm-per-prompt; llama-server has no
 // such limit and no per-item cap of its own). A body that passes goes upstream as it came (an internal
 // redirect: nginx sends the body it has read and streams the answer); one that does not is refused with a
-// 400 that says what was wrong.
+// 400 that says what was wrong. A media part's URL must be a well-formed base64 data: URL, or an http(s) URL
+// where llm_media_urls lets the engine fetch it: nothing else (a path or a file: URL names a file on the
+// engine's host, which SGLang 0.5.5 opens; a malformed data: URL is a 500 there).
 var fs = require('fs');
 
 // Content parts by their "type", and by their key where a part has no type (vLLM reads both). Audio is
@@ -43,6 +45,60 @@ function carried(s) {
         }
     }
     return s.length;
+}
+
+var BASE64 = /^[A-Za-z0-9+\/]*={0,2}$/;
+
+// Why `data` (base64 after a data: URL's comma, or llama-server's multimodal_data) is not media; null when it
+// may be.
+function notBase64(data) {
+    return data.length === 0 ? 'no data' : data.length % 4 !== 0 || !BASE64.test(data) ? 'data that is not base64'
+        : null;
+}
+
+// Why a media part's URL is not one this endpoint takes; null when it is. `allowed`: llm_media_urls, as
+// 'data_only', 'any' or the domains, space-separated.
+function urlProblem(url, allowed) {
+    if (url.slice(0, 5).toLowerCase() === 'data:') {
+        var comma = url.indexOf(',');
+        if (comma < 0) {
+            return 'a data: URL with no comma before its data';
+        }
+        if (!/^[a-z]+\/[a-z0-9.+-]+(;[a-z0-9.+-]+=[^;,]*)*;base64$/i.test(url.slice(5, comma))) {
+            return 'a data: URL that is not base64: send data:<type>/<subtype>;base64,<data>';
+        }
+        var bad = notBase64(url.slice(comma + 1));
+        return bad ? 'a data: URL with ' + bad : null;
+    }
+    var m = /^https?:\/\/(?:[^\/?#@]*@)?(\[[^\]]*\]|[^:\/?#]*)/i.exec(url);
+    if (!m) {
+        return 'neither a data: URL nor an http(s) URL';
+    }
+    if (allowed === 'any' || (allowed !== 'data_only' && allowed.split(' ').indexOf(m[1].toLowerCase()) >= 0)) {
+        return null;
+    }
+    return 'a URL this endpoint does not fetch (llm_media_urls: ' + allowed + '): send the media as a base64 data: URL';
+}
+
+// [where, url, raw] of a media part's media: its URL (image_url, video_url, audio_url: a string or {url}) or
+// raw base64 (input_audio.data; llama-server's multimodal_data items are strings of it).
+function mediaOf(path, part) {
+    if (typeof part === 'string') {
+        return [[path, part, true]];
+    }
+    var out = [];
+    ['image_url', 'video_url', 'audio_url'].forEach(function(key) {
+        var v = part[key];
+        if (typeof v === 'string') {
+            out.push([path + '.' + key, v, false]);
+        } else if (v !== null && typeof v === 'object' && typeof v.url === 'string') {
+            out.push([path + '.' + key + '.url', v.url, false]);
+        }
+    });
+    if (part.input_audio !== null && typeof part.input_audio === 'object' && typeof part.input_audio.data === 'string') {
+        out.push([path + '.input_audio.data', part.input_audio.data, true]);
+    }
+    return out;
 }
 
 function kindOf(part) {
@@ -139,6 +195,18 @@ function problem(doc, limits) {
         return over[0] + ' is ' + mib(over[1]) + ' (' + over[1] + ' bytes): over this endpoint\'s '
             + mib(limits.itemBytes) + ' a media item';
     }
+    for (var j = 0; j < found.length; j++) {
+        var part = found[j][1];
+        if (found[j][2] && (typeof part === 'string' || (part !== null && typeof part === 'object'))) {
+            var media = mediaOf(found[j][0], part);
+            for (var k = 0; k < media.length; k++) {
+                var why = media[k][2] ? notBase64(media[k][1]) : urlProblem(media[k][1], limits.urls);
+                if (why) {
+                    return media[k][0] + ' is ' + why;
+                }
+            }
+        }
+    }
     var counts = {image: 0, video: 0, audio: 0};
     found.forEach(function(p) {
         if (p[2]) {
@@ -180,7 +248,8 @@ function check(r) {
         return refuse(r, 'the request body is JSON but not an object');
     }
     var found = problem(doc, {itemBytes: cap, image: Number(v.gpuserve_media_images),
-                              video: Number(v.gpuserve_media_videos), why: v.gpuserve_media_why});
+                              video: Number(v.gpuserve_media_videos), why: v.gpuserve_media_why,
+                              urls: v.gpuserve_media_urls || 'data_only'});
     if (found) {
         return refuse(r, found);
     }
