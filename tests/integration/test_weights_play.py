@@ -247,17 +247,22 @@ def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_
         # and every malformed data: URL (the front takes data:<type>/<subtype>;base64,<base64> only: SGLang 0.5.5
         # ignores the header and answers a 500 for what it cannot decode)
         at_front = sorted(set(c["name"] for c in bad_media.cases() if any(p["type"] == "video_url" for p in c["parts"]))
-                          | {"too-many-images", "oversize-data-url"}
+                          | {"too-many-images", "oversize-data-url", "bomb-png"}
                           | set(c["name"] for c in bad_media.cases() if c["name"].startswith("data-url-")) - {
                               "data-url-text-mime"})
         for name, says in (("data-url-no-base64", "is a data: URL that is not base64"),
                            ("data-url-other-encoding", "is a data: URL that is not base64"),
                            ("data-url-no-comma", "is a data: URL with no comma before its data"),
                            ("data-url-empty", "is a data: URL with no data"),
-                           ("data-url-invalid-base64", "is a data: URL with data that is not base64")):
+                           ("data-url-invalid-base64", "is a data: URL with data that is not base64"),
+                           ("bomb-png", "is a PNG of 20000 x 20000 pixels: over 178956970 pixels")):
             assert "messages[0].content[0].image_url.url " + says in through[name][1], (name, through[name])
         # a media URL that names a file on the engine's host, or one llm_media_urls does not let it fetch: a 400
-        for url, says in (("/etc/passwd.png", "neither a data: URL nor an http(s) URL"),
+        # 12 MB of base64 with one character that is not: a 400 (a regular expression over it exceeded PCRE's
+        # match limit in njs: a 500)
+        long_png = media.image_url_part(media.png((30, 70, 220)) + b"\0" * (9 * 1048576))["image_url"]["url"]
+        for url, says in ((long_png[:-8] + "*AAAAAAA", "is a data: URL with data that is not base64"),
+                          ("/etc/passwd.png", "neither a data: URL nor an http(s) URL"),
                           ("file:///etc/passwd.png", "neither a data: URL nor an http(s) URL"),
                           ("http://media-check.invalid/x.png", "a URL this endpoint does not fetch (llm_media_urls: "
                                                                "data_only)")):
@@ -272,8 +277,8 @@ def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_
             "media item" in through["oversize-data-url"][1], through
         # what the front refused never went upstream; the rest did and were refused by the engine
         went = [line for line in front.logs().splitlines() if '"POST /v1/chat/completions" 400 ' in line]
-        assert len([line for line in went if line.endswith(" upstream=- path=")]) == len(at_front) + 3, went
-        assert len(went) == len(through) + 3, went
+        assert len([line for line in went if line.endswith(" upstream=- path=")]) == len(at_front) + 4, went
+        assert len(went) == len(through) + 4, went
         assert through["truncated-png"][0] == answered["truncated-png"][0]
         assert fronted.chat([{"role": "user", "content": [media.image_url_part(media.png((30, 70, 220))),
                                                           {"type": "text", "text": "Say hello."}]}],

@@ -47,13 +47,18 @@ function carried(s) {
     return s.length;
 }
 
-var BASE64 = /^[A-Za-z0-9+\/]*={0,2}$/;
-
 // Why `data` (base64 after a data: URL's comma, or llama-server's multimodal_data) is not media; null when it
-// may be.
+// may be. Decoded to count its bytes: a regular expression over megabytes exceeds PCRE's match limit in njs,
+// and the decoder skips what is not base64, so a shorter result means such characters.
 function notBase64(data) {
-    return data.length === 0 ? 'no data' : data.length % 4 !== 0 || !BASE64.test(data) ? 'data that is not base64'
-        : null;
+    if (data.length === 0) {
+        return 'no data';
+    }
+    var pad = data.charAt(data.length - 1) === '=' ? (data.charAt(data.length - 2) === '=' ? 2 : 1) : 0;
+    var equals = data.indexOf('=');
+    var clean = data.length % 4 === 0 && (equals < 0 || equals >= data.length - pad)
+        && Buffer.from(data, 'base64').length === data.length / 4 * 3 - pad;
+    return clean ? null : 'data that is not base64';
 }
 
 // Why a media part's URL is not one this endpoint takes; null when it is. `allowed`: llm_media_urls, as
@@ -78,6 +83,58 @@ function urlProblem(url, allowed) {
         return null;
     }
     return 'a URL this endpoint does not fetch (llm_media_urls: ' + allowed + '): send the media as a base64 data: URL';
+}
+
+// Pillow's own limit (2 x Image.MAX_IMAGE_PIXELS): vLLM's and SGLang's image decoders refuse a larger image
+// only after reading it, and SGLang 0.5.5 answers that with a 500.
+var MAX_PIXELS = 178956970;
+
+// [format, width, height] from an image's first bytes (PNG, GIF, WebP, JPEG), or null: enough of the data is
+// decoded for the header only.
+function imageSize(b64) {
+    var b = Buffer.from(b64.slice(0, 174760), 'base64');
+    var u32 = function(i) { return b.readUInt32BE(i); };
+    var text = function(from, to) { return String.fromCharCode.apply(null, Array.from(b.slice(from, to))); };
+    if (b.length >= 24 && u32(0) === 0x89504e47 && text(12, 16) === 'IHDR') {
+        return ['PNG', u32(16), u32(20)];
+    }
+    if (b.length >= 10 && text(0, 4) === 'GIF8') {
+        return ['GIF', b.readUInt16LE(6), b.readUInt16LE(8)];
+    }
+    if (b.length >= 30 && text(0, 4) === 'RIFF' && text(8, 12) === 'WEBP') {
+        var chunk = text(12, 16);
+        if (chunk === 'VP8X') {
+            return ['WebP', 1 + b.readUIntLE(24, 3), 1 + b.readUIntLE(27, 3)];
+        }
+        if (chunk === 'VP8L') {
+            var bits = b.readUInt32LE(21);
+            return ['WebP', 1 + (bits & 0x3fff), 1 + ((bits >> 14) & 0x3fff)];
+        }
+        if (chunk === 'VP8 ') {
+            return ['WebP', b.readUInt16LE(26) & 0x3fff, b.readUInt16LE(28) & 0x3fff];
+        }
+        return null;
+    }
+    if (b.length >= 4 && b[0] === 0xff && b[1] === 0xd8) {
+        for (var i = 2; i + 9 < b.length && b[i] === 0xff;) {
+            var marker = b[i + 1];
+            if (marker >= 0xc0 && marker <= 0xcf && marker !== 0xc4 && marker !== 0xc8 && marker !== 0xcc) {
+                return ['JPEG', b.readUInt16BE(i + 7), b.readUInt16BE(i + 5)];
+            }
+            i += 2 + b.readUInt16BE(i + 2);
+        }
+    }
+    return null;
+}
+
+// Why an image's data (base64) is too large to open; null when it is not, or its format is not read here.
+function tooManyPixels(b64) {
+    var size = imageSize(b64);
+    if (size && size[1] * size[2] > MAX_PIXELS) {
+        return 'a ' + size[0] + ' of ' + size[1] + ' x ' + size[2] + ' pixels: over ' + MAX_PIXELS
+            + ' pixels, the most the engines\' image decoders open';
+    }
+    return null;
 }
 
 // [where, url, raw] of a media part's media: its URL (image_url, video_url, audio_url: a string or {url}) or
@@ -200,7 +257,12 @@ function problem(doc, limits) {
         if (found[j][2] && (typeof part === 'string' || (part !== null && typeof part === 'object'))) {
             var media = mediaOf(found[j][0], part);
             for (var k = 0; k < media.length; k++) {
-                var why = media[k][2] ? notBase64(media[k][1]) : urlProblem(media[k][1], limits.urls);
+                var ref = media[k][1];
+                var why = media[k][2] ? notBase64(ref) : urlProblem(ref, limits.urls);
+                if (!why && found[j][2] === 'image') {
+                    why = tooManyPixels(media[k][2] ? ref : ref.slice(0, 5).toLowerCase() === 'data:'
+                                        ? ref.slice(ref.indexOf(',') + 1) : '');
+                }
                 if (why) {
                     return media[k][0] + ' is ' + why;
                 }
