@@ -10,6 +10,17 @@ script's requests to the front from 127.0.0.3.
 
     python3 tests/gpu/front_vllm.py OUT run     # on the GPU machine (vLLM at VLLM_SITE, .debs in FRONT_DEBS)
     python3 tests/gpu/front_vllm.py OUT dry     # the same through the real nginx before a stub engine, no GPU
+    python3 tests/gpu/front_vllm.py OUT bad-media      # issue 39 item 2 through the front (below)
+    python3 tests/gpu/front_vllm.py OUT dry-bad-media  # the same before the stub engine, no GPU
+
+bad-media: the same front (front_media.js checks every POST body) and engine, and every case of the bad-media
+catalogue (plugins/module_utils/bad_media.py, the case that killed an unpatched vLLM last) sent through the front
+with a client key, with the front's own cases beside it (five distinct images, data URLs over front_media_item_mib
+as a video, without ;base64 and in a text part, a body that is not JSON, empty, an array, and 40 levels deep with and
+without an image part); each followed by /health and a text chat through the front. Per case: status, the message,
+whether the request reached vLLM (vLLM's access log: a line from the front's address; the front's log: upstream=)
+and whether the server answered after. Into OUT: front-bad-media.json, front-bad-media.md, front.conf and the two
+logs. vLLM is patched beforehand where the calling script wants it so (h200-front-bad-media-2026-12-04/run.sh).
 
 Environment: FRONT_DEBS (folder of .debs: nginx, libnginx-mod-http-js and the libraries they need, libc6
 included), FRONT_ROOT (where they are unpacked, default /tmp/gpuserve-front-root), VLLM_SITE (default
@@ -17,6 +28,7 @@ included), FRONT_ROOT (where they are unpacked, default /tmp/gpuserve-front-root
 and ENGINE_PORT (8020 and 18020, the project's defaults for llm_port and llm_engine_port).
 How the files travel and the calls: tests/gpu/h200-front-vllm-2026-12-02/run.sh.
 """
+import base64
 import glob
 import hashlib
 import http.client
@@ -41,7 +53,9 @@ sys.path.insert(0, COLLECTIONS)
 from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_hf, engines, prompts  # noqa: E402
 
 OUT, MODE = sys.argv[1], sys.argv[2]
-DRY = MODE == "dry"
+DRY = MODE in ("dry", "dry-bad-media")
+MEDIA = MODE in ("bad-media", "dry-bad-media")
+NAME = "front-bad-media" if MEDIA else "front-vllm"
 SITE = os.environ.get("VLLM_SITE", "/root/vllm/site")
 LAYERS = int(os.environ.get("LAYERS", "8"))
 FRONT_PORT = int(os.environ.get("FRONT_PORT", "8020"))
@@ -77,7 +91,7 @@ def load(path):
 
 
 def save():
-    with open(os.path.join(OUT, "front-vllm.json"), "w") as f:
+    with open(os.path.join(OUT, NAME + ".json"), "w") as f:
         json.dump(RESULTS, f, indent=1, default=str)
 
 
@@ -192,6 +206,9 @@ def front_settings(settings):
     ctx["front_media_why"] = ("vllm takes at most %(image)d images and %(video)d video a request" % ctx["front_media"]
                               if vision else "the model here is served without vision (llm_vision is off): it takes "
                               "no images or video")
+    # front_media_urls (roles/front/vars/main.yml): the recipe's llm_media_urls
+    media_urls = settings.get("llm_media_urls", "data_only")
+    ctx["front_media_urls"] = media_urls if media_urls in ("data_only", "any") else " ".join(media_urls).lower()
     return ctx
 
 
@@ -338,17 +355,19 @@ def stop(proc, logf, sig=signal.SIGTERM):
 
 # -- requests ---------------------------------------------------------------------------------------
 
-def request(method, path, body=None, key=None, via="front", stream=False, timeout=120):
+def request(method, path, body=None, key=None, via="front", stream=False, timeout=120, raw=None):
     """One request with the raw path as given (no client-side normalisation), from CLIENT_ADDR to the front or
-    from DIRECT_ADDR to the engine. {status, body (first 300 chars), seconds[, chunks, first_chunk_s]}"""
+    from DIRECT_ADDR to the engine; `raw` (bytes) is sent as the body as it is, as JSON.
+    {status, body (first 300 chars), seconds[, message (an error's), chunks, first_chunk_s]}"""
     port, source = (FRONT_PORT, CLIENT_ADDR) if via == "front" else (ENGINE_PORT, DIRECT_ADDR)
-    headers = {"Content-Type": "application/json"} if body is not None else {}
+    headers = {"Content-Type": "application/json"} if body is not None or raw is not None else {}
     if key:
         headers["Authorization"] = "Bearer " + key
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     t = time.time()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(source, 0))
     try:
-        conn.request(method, path, body=json.dumps(body).encode() if body is not None else None, headers=headers)
+        conn.request(method, path, body=data, headers=headers)
         resp = conn.getresponse()
         out = {"status": resp.status}
         if stream and resp.status == 200:
@@ -364,6 +383,8 @@ def request(method, path, body=None, key=None, via="front", stream=False, timeou
         else:
             text = resp.read().decode("utf-8", "replace")
             out["body"] = text[:300]
+            if resp.status >= 400:
+                out["message"] = error_message(text)[:400]
             try:
                 out["usage"] = json.loads(text).get("usage")
             except (ValueError, AttributeError):
@@ -376,7 +397,23 @@ def request(method, path, body=None, key=None, via="front", stream=False, timeou
     return out
 
 
+def error_message(text):
+    """An error body's own words: {"error": {"message": ...}} (the front's and vLLM's), {"message"}/{"detail"}, else
+    the body."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip()
+    err = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("detail") or text.strip())
+    return str(err)
+
+
 ACCESS = re.compile(r'INFO:\s+(\d+\.\d+\.\d+\.\d+):\d+ - "(\S+) (.*?) HTTP/[\d.]+" (\d+)')
+# The front's access log (front.conf.j2's log_format gpuserve), in FRONT_LOG with nginx's stderr.
+FRONT_ACCESS = re.compile(r'^(\S+) (\S*) \[(\S+)\] "(\S+) (.*?)" (\d+) (\d+) (\d+) (\S+) upstream=(\S*) path=(\S*)$',
+                          re.M)
 
 
 def engine_lines():
@@ -564,16 +601,165 @@ def main():
         if not proc:
             raise SystemExit("vLLM did not serve")
         try:
-            run_cases(prompts.png((220, 30, 30), 64))
+            if MEDIA:
+                run_bad_media(proc)
+            else:
+                run_cases(prompts.png((220, 30, 30), 64))
         finally:
             stop(proc, logf, signal.SIGINT)
     finally:
         stop(front, front_log, signal.SIGQUIT)
-        judge()
-        table()
+        if MEDIA:
+            judge_media()
+            table_media()
+        else:
+            judge()
+            table()
         save()
     log("verdict %s" % json.dumps(RESULTS["verdict"], default=str)[:1500])
     log("ok %s" % RESULTS["ok"])
+
+
+# -- bad media through the front (issue 39 item 2) ------------------------------------------------------
+
+def front_lines():
+    """The front's access log so far: one dict a request."""
+    with open(FRONT_LOG, errors="replace") as f:
+        text = f.read()
+    keys = ("addr", "client", "time", "method", "uri", "status", "request_length", "bytes_sent", "seconds",
+            "upstream", "path")
+    return [dict(zip(keys, m.groups())) for m in FRONT_ACCESS.finditer(text)]
+
+
+def nest(depth, inner):
+    """`inner` inside depth - 1 lists: a JSON value `depth` levels deep where inner is a list or object."""
+    for _i in range(depth - 1):
+        inner = [inner]
+    return inner
+
+
+def deep_schema(levels):
+    """A JSON schema of objects nested `levels` deep (two JSON levels each: the object and its properties)."""
+    schema = {"type": "string"}
+    for i in range(levels):
+        schema = {"type": "object", "properties": {"k%d" % i: schema}}
+    return schema
+
+
+def media_cases():
+    """(name, where it comes from, body or raw bytes, expect, why): the catalogue, then the front's own cases."""
+    from ansible_collections.gpuserve.llm.plugins.module_utils import bad_media
+    item = RESULTS["front"]["limits"]["front_media_item_mib"] * 1048576
+    out = []
+    catalogue = bad_media.cases()
+    for c in [x for x in catalogue if not x["lethal"]]:
+        out.append((c["name"], "catalogue", chat_body(c["parts"] + [{"type": "text", "text": "Describe this."}],
+                                                      max_tokens=1), c["expect"], c["why"]))
+    colours = [(220, 30, 30), (30, 170, 60), (30, 70, 220), (230, 200, 40), (150, 60, 170)]
+    five = [prompts.image_url_part(prompts.png(rgb, 64)) for rgb in colours]
+    out += [
+        ("five-distinct-images", "front", chat_body(five + [{"type": "text", "text": "Describe these."}], max_tokens=1),
+         "4xx", "five different 64 x 64 PNGs where the engine takes %d" % bad_media.LIMIT_IMAGES),
+        ("oversize-video-data-url", "front",
+         chat_body([prompts.video_url_part(bad_media.good_avi() + b"\0" * (item + 1 - len(bad_media.good_avi()))),
+                    {"type": "text", "text": "What happens?"}], max_tokens=1), "4xx",
+         "a valid AVI padded to %d bytes (front_media_item_mib + 1 byte) in a video_url part" % (item + 1)),
+        ("oversize-data-url-no-base64", "front",
+         chat_body([prompts.image_url_part("data:image/png," + "A" * (item + 1)),
+                    {"type": "text", "text": "Describe this."}], max_tokens=1), "4xx",
+         "a data URL without ;base64 of %d characters after the comma (the front counts its length)" % (item + 1)),
+        ("oversize-data-url-in-text", "front",
+         chat_body([{"type": "text", "text": "data:image/png;base64," + base64.b64encode(
+             bad_media.oversize_png(item + 1)).decode()}], max_tokens=1), "4xx",
+         "the catalogue's oversize PNG as a data URL in a text part (the item cap applies to data: URLs anywhere)"),
+        ("not-json", "front", b"this is not JSON {\"model\": ", "4xx", "a body that is not JSON"),
+        ("empty-body", "front", b"", "4xx", "a POST with no body"),
+        ("json-array", "front", json.dumps([chat_body()]).encode(), "4xx", "a JSON array, not an object"),
+        ("deep-40-with-image", "front",
+         dict(chat_body([prompts.image_url_part(prompts.png((220, 30, 30), 64)),
+                         {"type": "text", "text": "Describe this."}], max_tokens=1), x=nest(40, [])), "4xx",
+         "an image chat with a value 40 levels deep beside it (njs reads 32)"),
+        ("deep-40-no-media", "front",
+         chat_body("Say hello.", tools=[{"type": "function", "function": {
+             "name": "deep", "description": "a deep schema", "parameters": deep_schema(20)}}]), "no-5xx",
+         "a text chat with a tool whose parameters nest 41 JSON levels: no media, shorter than an item, so the "
+         "front sends it on unread (the engine decides)"),
+    ]
+    for c in [x for x in catalogue if x["lethal"]]:
+        out.append((c["name"], "catalogue", chat_body(c["parts"] + [{"type": "text", "text": "Describe this."}],
+                                                      max_tokens=1), c["expect"], c["why"]))
+    return out
+
+
+def run_bad_media(proc):
+    """Each case through the front with a client key, then /health and a text chat through the front."""
+    key = CLIENTS["alice"]
+    cases = RESULTS["media_cases"] = []
+    base = request("POST", "/v1/chat/completions", chat_body("Describe this.", max_tokens=1), key)
+    log("text chat through the front before the cases: %s" % base["status"])
+    for name, origin, body, expect, why in media_cases():
+        if DEADLINE - (time.time() - T0) < 25:
+            RESULTS.setdefault("skipped", []).append(name)
+            continue
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        mark_e, mark_f = len(engine_lines()), len(front_lines())
+        result = request("POST", "/v1/chat/completions", None, key, raw=raw, timeout=300)
+        time.sleep(0.2)
+        arrived = [{"from": a, "method": m, "path": p, "status": int(s)} for a, m, p, s in engine_lines()[mark_e:]]
+        front = [f for f in front_lines()[mark_f:] if f["addr"] == CLIENT_ADDR]
+        after = {"health": request("GET", "/health", key=key)["status"],
+                 "chat": request("POST", "/v1/chat/completions", chat_body("Still there?"), key)["status"]}
+        status = result["status"]
+        if expect == "no-5xx":
+            ok = status is not None and status < 500
+        else:
+            ok = status is not None and 400 <= status < 500
+        reached = [a for a in arrived if a["from"] == NGINX_ADDR and a["path"] == "/v1/chat/completions"]
+        entry = {"name": name, "origin": origin, "expect": expect, "why": why, "bytes": len(raw),
+                 "status": status, "message": result.get("message", ""), "seconds": result["seconds"],
+                 "reached_vllm": bool(reached), "vllm_log": arrived,
+                 "front_log": [{k: f[k] for k in ("status", "upstream", "path", "request_length", "seconds")}
+                               for f in front],
+                 "after": after, "served_after": after == {"health": 200, "chat": 200},
+                 "engine_alive": proc.poll() is None}
+        if status == 200:
+            entry["body"] = result.get("body", "")[:200]
+        entry["ok"] = ok and entry["served_after"]
+        cases.append(entry)
+        log("%-28s %s in %.2f s, vLLM %s, front upstream=%s; after %s: %s" % (
+            name, status, result["seconds"], ["%s %s" % (a["path"], a["status"]) for a in reached] or "-",
+            [f["upstream"] for f in front] or "?", after, entry["message"][:150]))
+        save()
+    RESULTS["engine_alive_after"] = proc.poll() is None
+    RESULTS["direct_health_after"] = request("GET", "/health", via="engine")["status"]
+
+
+def judge_media():
+    cases = RESULTS.get("media_cases", [])
+    RESULTS["verdict"] = {
+        "cases": len(cases), "ok": sum(c["ok"] for c in cases),
+        "not_ok": [(c["name"], c["status"], c["message"][:120], c["after"]) for c in cases if not c["ok"]],
+        "5xx": [c["name"] for c in cases if c["status"] is None or c["status"] >= 500],
+        "refused_at_the_front": [c["name"] for c in cases if c["status"] != 200 and not c["reached_vllm"]],
+        "refused_by_vllm": [c["name"] for c in cases if c["status"] != 200 and c["reached_vllm"]],
+        "served": [c["name"] for c in cases if c["status"] == 200],
+        "engine_alive_after": RESULTS.get("engine_alive_after"), "skipped": RESULTS.get("skipped", []),
+    }
+    RESULTS["ok"] = bool(cases) and all(c["ok"] for c in cases) and RESULTS.get("engine_alive_after") is True
+
+
+def table_media():
+    lines = ["| case | from | status | message | reached vLLM (its access log) | front's log | served after |",
+             "|---|---|---|---|---|---|---|"]
+    for c in RESULTS.get("media_cases", []):
+        vllm_seen = ", ".join("%s %s" % (a["path"], a["status"]) for a in c["vllm_log"] if a["from"] == NGINX_ADDR)
+        front = ", ".join("%s upstream=%s" % (f["status"], f["upstream"]) for f in c["front_log"]) or "?"
+        lines.append("| `%s` | %s | %s | %s | %s | %s | %s |" % (
+            c["name"], c["origin"], c["status"], (c["message"] or ("(%s)" % c.get("body", "")[:80])).replace(
+                "|", "/")[:220], "yes: " + vllm_seen if c["reached_vllm"] else "no", front,
+            "yes" if c["served_after"] else "NO %s" % c["after"]))
+    with open(os.path.join(OUT, NAME + ".md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 # -- a stub engine for the dry run: vLLM's routes and key rule, uvicorn's access lines ------------------
@@ -631,7 +817,7 @@ def stub():
 
 if MODE == "stub":
     stub()
-elif MODE in ("run", "dry"):
+elif MODE in ("run", "dry", "bad-media", "dry-bad-media"):
     main()
 else:
     raise SystemExit("unknown mode %s" % MODE)
