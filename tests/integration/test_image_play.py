@@ -243,6 +243,105 @@ def test_a_series_that_does_not_fit_the_pulled_vllm_stops_before_any_container(f
     assert not docker(docker_host, "ps", "-a", "-q", "--filter", "ancestor=" + base_id).stdout.strip(), result
 
 
+SGLANG_PATCHES = os.path.join(ROOT, "patches", "sglang")
+SGLANG_VERSION = "0.5.5"
+# SGLang 0.5.5's _load_single_item and load_image as its package holds them, run alone (their source taken with ast)
+# with Pillow and pybase64, on each image of the bad-media catalogue: what each raises. SGLang's chat handler answers
+# a ValueError with 400 and its text, any other exception with 500 (serving_chat.py, serving_base.py).
+SGLANG_LOAD_CHECK = r"""
+import ast, enum, io, json, sys, typing
+from PIL import Image
+import pybase64
+
+def source(path, name):
+    node = next(n for n in ast.walk(ast.parse(open(path).read())) if isinstance(n, ast.FunctionDef) and n.name == name)
+    node.decorator_list, node.returns = [], None
+    for arg in node.args.args:
+        arg.annotation = None
+    return ast.unparse(node)
+
+class Modality(enum.Enum):
+    IMAGE = 1
+    VIDEO = 2
+    AUDIO = 3
+
+site, cases = sys.argv[1], json.load(sys.stdin)
+ns = {"Image": Image, "BytesIO": io.BytesIO, "pybase64": pybase64, "Modality": Modality, "ImageData": type("ImageData", (), {})}
+exec(source(site + "/sglang/srt/utils/common.py", "load_image"), ns)
+exec(source(site + "/sglang/srt/multimodal/processors/base_processor.py", "_load_single_item"), ns)
+out = {}
+for name, url in cases.items():
+    try:
+        ns["_load_single_item"](url, Modality.IMAGE, None, None, True)
+        out[name] = ["loaded", ""]
+    except Exception as e:
+        out[name] = [type(e).__name__, str(e)]
+print(json.dumps(out))
+"""
+
+
+def sglang_site(tmp_path):
+    """SGLang 0.5.5's files the series patches and its dist-info, from its wheel (3.4 MB, downloaded once with pip,
+    no dependencies, kept under .work/ by version), with the one its image loader lives in."""
+    cache = os.path.join(ROOT, ".work", "engine-wheels", "sglang-" + SGLANG_VERSION)
+    found = glob.glob(os.path.join(cache, "sglang-%s-*.whl" % SGLANG_VERSION))
+    if not found:
+        os.makedirs(cache, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+                        "--only-binary=:all:", "sglang==" + SGLANG_VERSION, "-d", cache], check=True)
+        found = glob.glob(os.path.join(cache, "sglang-%s-*.whl" % SGLANG_VERSION))
+    site = tmp_path / "site"
+    with zipfile.ZipFile(found[0]) as wheel:
+        for member in wheel.namelist():
+            if member in ("sglang/srt/multimodal/processors/base_processor.py", "sglang/srt/utils/common.py") or \
+                    member.startswith("sglang-%s.dist-info/" % SGLANG_VERSION):
+                wheel.extract(member, str(site))
+    return site
+
+
+def test_the_sglang_series_applies_to_its_package_and_makes_undecodable_images_a_client_error(tmp_path):
+    """Issue 39 item 2 for SGLang 0.5.5, whose image the example does not run here (a GPU engine): the series the
+    image stage applies to a pulled SGLang's package (apply_series.py, as derive.yml runs it) applies to 0.5.5's own
+    files, and turns every image the catalogue has that SGLang cannot decode from a 500 (RuntimeError, the whole
+    data URL echoed) into a 400 (ValueError) that says why without the data."""
+    sys.path.insert(0, os.path.join(ROOT, ".collections"))
+    from ansible_collections.gpuserve.llm.plugins.module_utils import bad_media
+    site = sglang_site(tmp_path)
+    cases = dict((c["name"], c["parts"][0]["image_url"]["url"]) for c in bad_media.cases()
+                 if c["parts"][0]["type"] == "image_url" and c["name"] not in ("too-many-images", "oversize-data-url"))
+
+    def loads():
+        got = subprocess.run([sys.executable, "-c", SGLANG_LOAD_CHECK, str(site)], input=json.dumps(cases), text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+        assert got.returncode == 0, got.stderr[-2000:]
+        return json.loads(got.stdout)
+
+    before = loads()
+    series = sorted(n for n in os.listdir(SGLANG_PATCHES) if n.endswith(".patch"))
+    argv = [sys.executable, os.path.join(ROOT, "roles", "image", "files", "apply_series.py"), "--package", "sglang",
+            "--version", SGLANG_VERSION, "--dir", SGLANG_PATCHES] + [os.path.join(SGLANG_PATCHES, n) for n in series]
+    env = dict(os.environ, PYTHONPATH=str(site))
+    applied = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    assert applied.returncode == 0 and "sglang 0.5.5 at" in applied.stdout, (applied.stdout, applied.stderr)
+    after = loads()
+    failed = sorted(n for n, got in before.items() if got[0] != "loaded")
+    # as shipped: a 500 for each, with the request's data in the message
+    assert failed and all(before[n][0] == "RuntimeError" and "Error while loading data data:" in before[n][1]
+                          for n in failed), before
+    # patched: a 400 for each, and the truncated PNG (which Image.open let through) too; the data never echoed
+    assert sorted(n for n, got in after.items() if got[0] == "ValueError") == sorted(failed + ["truncated-png"]), after
+    assert all(after[n][1].startswith("the image could not be decoded: ") and "base64," not in after[n][1]
+               and len(after[n][1]) < 300 for n in failed), after
+    assert "DecompressionBombError" in after["bomb-png"][1] and "truncated" in after["truncated-png"][1], after
+    # what SGLang serves whatever the header says (no ;base64, another charset, text/plain) is the front's to refuse
+    assert sorted(n for n, got in after.items() if got[0] == "loaded") == [
+        "data-url-no-base64", "data-url-other-encoding", "data-url-text-mime"], after
+    # a second time on the patched package: refused, nothing written
+    again = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    assert again.returncode == 3 and "patch 0001-undecodable-media-is-a-client-error.patch (number 1 of the series) " \
+        "does not apply to sglang/srt/multimodal/processors/base_processor.py" in again.stderr, again.stderr
+
+
 def test_llamacpp_image_from_debian_packages_built_once_and_named_by_version(fleet, docker_host, tmp_path):
     cpu = dict(llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4",
                llm_model_dense="q4", llm_reserve_gib=0, llm_kv_cap_gib=0, llm_drafter="off",

@@ -3,6 +3,7 @@ here as the derived image's build runs it - python3 with the package's folder on
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ VLLM = os.path.join(ROOT, "patches", "vllm")
 
 sys.path.insert(0, os.path.dirname(SCRIPT))
 import apply_series  # noqa: E402
+from ansible_collections.gpuserve.llm.plugins.module_utils import engines  # noqa: E402
 
 BASE = "".join("line %d\n" % i for i in range(1, 21))
 
@@ -35,14 +37,15 @@ def site(tmp_path):
     return root
 
 
-def run(site, tmp_path, patches, version="1.2.3"):
+def run(site, tmp_path, patches, version="1.2.3", also=None):
     names = []
     for i, text in enumerate(patches, 1):
         name = "%04d-p.patch" % i
         (tmp_path / name).write_text("From: x\nSubject: [PATCH] p\n\n" + text + "-- \n2.39.5\n")
         names.append(name)
+    path = os.pathsep.join([str(site)] + ([str(also)] if also else []))
     proc = subprocess.run([sys.executable, SCRIPT, "--package", "eng", "--version", version, "--dir", str(tmp_path)]
-                          + names, env=dict(os.environ, PYTHONPATH=str(site)), stdout=subprocess.PIPE,
+                          + names, env=dict(os.environ, PYTHONPATH=path), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, check=False)
     found = [line for line in proc.stdout.splitlines() if line.startswith(apply_series.FINDING)]
     return proc, (json.loads(base64.b64decode(found[0][len(apply_series.FINDING):])) if found else None)
@@ -89,14 +92,26 @@ def test_a_path_outside_the_package_folder_is_refused(site, tmp_path):
     assert found["code"] == "E_PATCH" and "leaves the package's folder" in found["message"], proc
 
 
-def test_the_collections_vllm_series_declares_its_version_and_every_patch_parses():
+def test_an_editable_install_is_patched_where_it_is_imported_from(site, tmp_path):
+    # The dist-info in site-packages, the package's files in a source tree on the path (pip install -e puts it
+    # there with a .pth file in site-packages).
+    tree = tmp_path / "src"
+    shutil.move(str(site / "eng"), str(tree / "eng"))
+    proc, found = run(site, tmp_path, [diff("eng/mod.py", "@@ -1,2 +1,2 @@\n line 1\n-line 2\n+LINE 2\n")], also=tree)
+    assert proc.returncode == 0 and found is None, proc
+    assert "eng 1.2.3 at %s" % tree in proc.stdout and "LINE 2\n" in (tree / "eng" / "mod.py").read_text()
+
+
+@pytest.mark.parametrize("engine, version", [("vllm", "0.26.0"), ("sglang", "0.5.5")])
+def test_the_collections_series_declare_their_version_and_every_patch_parses(engine, version):
     from ansible_collections.gpuserve.llm.plugins.filter.engines import patch_series
-    series = patch_series(VLLM)
-    assert series["version"] == "0.26.0"
+    series = patch_series(os.path.join(os.path.dirname(VLLM), engine))
+    assert series["version"] == version and series["patches"]
+    assert version == engines.PROFILES[engine]["version"]  # the series is for the engine the profile pins
     for patch in series["patches"]:
         with open(patch["path"]) as f:
             files = apply_series.parse(f.read())
-        assert files and all(f["old"] == f["new"] and f["old"].startswith("vllm/") and f["hunks"] for f in files)
+        assert files and all(f["old"] == f["new"] and f["old"].startswith(engine + "/") and f["hunks"] for f in files)
 
 
 def test_a_hunk_applies_as_git_apply_would():

@@ -195,14 +195,18 @@ def apply_series(root, patches):
 
 
 def installed(package):
-    """(version, the folder holding the package's dist-info) of the installed distribution."""
-    from importlib import metadata  # Python 3.8+
+    """(version, the folder the package is imported from) of the installed distribution: the folder holding the
+    package's own folder as `import` finds it (an editable install's source tree: SGLang's images install it so), else
+    the one holding its dist-info (site-packages)."""
+    from importlib import metadata, util  # Python 3.8+
     try:
         dist = metadata.distribution(package)
     except metadata.PackageNotFoundError:
         raise NotApplied("E_PATCH_VERSION", package, "the image's python3 (%s) has no package %s installed: the series "
                          "is for %s" % (sys.executable, package, package))
-    return dist.version, os.path.normpath(str(dist.locate_file("")))
+    spec = util.find_spec(package)
+    where = list(spec.submodule_search_locations or []) if spec else []
+    return dist.version, os.path.normpath(os.path.dirname(where[0]) if where else str(dist.locate_file("")))
 
 
 def main(argv=None):
