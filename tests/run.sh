@@ -330,7 +330,7 @@ if [[ ${GPUSERVE_TEST_SETUP_ONLY:-0} == 1 ]]; then  # a developer's machine made
 fi
 
 check_phase "yamllint" .venv/bin/yamllint -s .
-check_phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh tests/gpu/*/*.sh scripts/*.sh roles/*/files/*.sh .ci/run
+check_phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh tests/gpu/*/*.sh scripts/*.sh .ci/run
 # The playbook tests in two streams (the newest ansible-core, where Python 3.12 is): these files in the
 # background after molecule's scenarios, every other file in the foreground; the checks in a third.
 PLAYBOOKS_BESIDE=(tests/integration/test_autotune_play.py tests/integration/test_service_play.py

@@ -145,80 +145,23 @@ def test_keepalived_holds_the_address_by_unicast_vrrp_and_never_takes_it_back():
     assert re.search(r"unicast_src_ip 10\.0\.0\.5\n\s+unicast_peer \{\n\s+10\.0\.0\.6\n\s+10\.0\.0\.7\n\s+\}", conf), conf
     assert "10.0.0.100/32 dev eth0" in conf and "interface eth0" in conf and "priority 150" in conf
     assert "advert_int 0.3" in conf and "virtual_router_id 51" in conf
-    assert 'script "/bin/sh /var/lib/gpuserve/router/router_vrrp_check.sh /var/lib/gpuserve/router 3"' in conf
+    assert 'script "/usr/bin/python3 /var/lib/gpuserve/router/router_vrrp_check.py /var/lib/gpuserve/router/check.json"' \
+        in conf
     assert re.search(r"interval 1\n\s+timeout \d+\n\s+fall 1\n\s+rise 1", conf)
     assert "track_script {\n    gpuserve_router\n  }" in conf
     assert "router_id gpu1.example" in conf
 
 
 CHECK = os.path.join(ROOT, "roles", "router", "files", "router_vrrp_check.py")
-WRAPPER = os.path.join(ROOT, "roles", "router", "files", "router_vrrp_check.sh")
-# test plumbing: the Docker CLI for a daemon given by tcp:// (docker -H URL inspect --type container NAME / start
-# NAME) over the containers named in $STATE (name: 'running <started>' or 'stopped')
 FAKE_DOCKER = """#!/bin/sh
-shift 2
+# test plumbing: docker inspect/start of the containers named in $STATE (name: 'running <started>' or 'stopped')
+state="$STATE/$3"
 case "$1" in
-  inspect) name="$4"; [ -e "$STATE/$name" ] || { echo "No such container: $name" >&2; exit 1; }
-           set -- $(cat "$STATE/$name")
-           if [ "$1" = running ]; then echo "[{\\"State\\": {\\"Running\\": true, \\"StartedAt\\": \\"$2\\"}}]"
-           else echo '[{"State": {"Running": false, "StartedAt": "0001-01-01T00:00:00Z"}}]'; fi ;;
+  inspect) name="$4"; [ -e "$STATE/$name" ] || exit 1; set -- $(cat "$STATE/$name")
+           if [ "$1" = running ]; then echo "true $2"; else echo "false 0001-01-01T00:00:00Z"; fi ;;
   start) echo "running started-by-check" > "$STATE/$2"; echo "$2" >> "$STATE/started.log" ;;
 esac
 """
-
-
-class DockerAPI(object):
-    """The Docker daemon's API on a unix socket as the check uses it (test plumbing): GET /containers/NAME/json
-    and POST /containers/NAME/start over the containers named in the state folder (as FAKE_DOCKER)."""
-
-    def __init__(self, path, state):
-        import http.server
-        import socketserver
-        import threading
-        self.calls = []
-        api = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def address_string(self):
-                return "unix"
-
-            def _answer(self, status, body=None):
-                data = json.dumps(body).encode() if body is not None else b""
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                api.calls.append(("GET", self.path))
-                name = self.path.split("/")[2]
-                if not (state / name).exists():
-                    return self._answer(404, {"message": "No such container: " + name})
-                words = (state / name).read_text().split()
-                running = words[0] == "running"
-                return self._answer(200, {"State": {"Running": running,
-                                                    "StartedAt": words[1] if running else "0001-01-01T00:00:00Z"}})
-
-            def do_POST(self):
-                api.calls.append(("POST", self.path))
-                name = self.path.split("/")[2]
-                (state / name).write_text("running started-by-check\n")
-                with open(state / "started.log", "a") as f:
-                    f.write(name + "\n")
-                return self._answer(204)
-
-        class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-            daemon_threads = True
-
-        self.server = Server(str(path), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class Router(object):
@@ -279,8 +222,7 @@ class Router(object):
 
 @pytest.fixture
 def host(tmp_path, monkeypatch):
-    """A router host for the check: its Docker daemon's API on a socket, its state folder, the check's
-    configuration; a fake docker CLI on PATH for a daemon given by tcp://."""
+    """A router host for the check: a fake docker on PATH, its state folder, the check's configuration."""
     bin_dir, state = tmp_path / "bin", tmp_path / "state"
     bin_dir.mkdir()
     state.mkdir()
@@ -291,15 +233,11 @@ def host(tmp_path, monkeypatch):
     for name in ("gpuserve-router", "gpuserve-router-front"):
         (state / name).write_text("running 2026-12-03T10:00:00Z\n")
     router = Router([])
-    api = DockerAPI(tmp_path / "docker.sock", state)
     config = {"containers": ["gpuserve-router", "gpuserve-router-front"], "router": "gpuserve-router",
-              "admin": router.url, "health": router.url + "/health", "cafile": "", "state_dir": str(state),
-              "docker_host": "unix://%s" % (tmp_path / "docker.sock"), "interval": 1}
+              "admin": router.url, "health": router.url + "/health", "cafile": "", "state_dir": str(state)}
     (state / "check.json").write_text(json.dumps(config))
-    router.docker = api
     yield state, router
     router.close()
-    api.close()
 
 
 def check(state, *event):
@@ -514,111 +452,3 @@ def test_a_router_host_that_returns_serves_the_workers_its_peer_serves_not_only_
         assert sorted(router.workers) == [w1, w2]
     finally:
         peer.close()
-
-
-def test_the_containers_are_read_and_started_through_the_daemons_api_or_its_cli_for_a_tcp_daemon(host):
-    state, router = host
-    assert check(state) == (0, "")  # recorded
-    (state / "gpuserve-router").write_text("stopped\n")
-    code, said = check(state)
-    assert code == 1 and "gpuserve-router was not running: started again (ok)" in said, said
-    assert ("POST", "/containers/gpuserve-router/start") in router.docker.calls
-    assert check(state)[0] == 1  # started since the record: restored first
-    config = json.loads((state / "check.json").read_text())
-    config["docker_host"] = "tcp://10.9.9.9:2375"  # the fake CLI on PATH answers for it
-    (state / "check.json").write_text(json.dumps(config))
-    calls = len(router.docker.calls)
-    (state / "gpuserve-router-front").write_text("stopped\n")
-    code, said = check(state)
-    assert code == 1 and "gpuserve-router-front was not running: started again (ok)" in said, said
-    assert (state / "started.log").read_text().split() == ["gpuserve-router", "gpuserve-router-front"]
-    assert check(state) == (0, "") and len(router.docker.calls) == calls  # none through the socket
-
-
-def _keepalived_pid(state, pid):
-    """Point the check at a keepalived pid file (test plumbing: this test's own process stands in for it)."""
-    config = json.loads((state / "check.json").read_text())
-    config["keepalived_pidfile"] = str(state / "keepalived.pid")
-    (state / "check.json").write_text(json.dumps(config))
-    (state / "keepalived.pid").write_text("%d\n" % pid)
-
-
-def _verdict(state, want, within=10):
-    import time
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            code, at = (state / "verdict").read_text().split()
-            if int(code) == want:
-                return int(at)
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.1)
-    raise AssertionError("no verdict %d in %d s: %r" % (want, within, (state / "verdict").exists()))
-
-
-def test_the_watcher_checks_in_one_process_and_ends_with_keepalived(host):
-    import subprocess
-    import sys
-    import time
-    state, router = host
-    router.workers = [router.url + "/w1/"]
-    _keepalived_pid(state, os.getpid())
-    watcher = subprocess.Popen([sys.executable, CHECK, str(state / "check.json"), "watch"], stderr=subprocess.PIPE,
-                               text=True)
-    try:
-        assert abs(_verdict(state, 0) - time.time()) < 3
-        assert json.loads((state / "workers.json").read_text())["workers"] == [router.url + "/w1/"]
-        # a second watcher leaves at once: one per host
-        assert subprocess.run([sys.executable, CHECK, str(state / "check.json"), "watch"], timeout=10,
-                              check=False).returncode == 0 and watcher.poll() is None
-        router.health = 503  # the front says the router has no healthy worker: within half an interval
-        _verdict(state, 1, within=3)
-        router.health = 200
-        _verdict(state, 0, within=3)
-        (state / "gpuserve-router").write_text("stopped\n")  # docker kill
-        deadline = time.monotonic() + 3
-        while not (state / "started.log").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert (state / "started.log").read_text().split() == ["gpuserve-router"]
-        _verdict(state, 0)  # started again and its workers put back
-        gets = len(router.docker.calls)
-        time.sleep(2)
-        assert 4 <= len(router.docker.calls) - gets <= 12  # two containers, every half second, in this process
-        (state / "keepalived.pid").write_text("999999999\n")  # keepalived stopped (stop.yml)
-        watcher.wait(timeout=10)
-    finally:
-        watcher.kill()
-    assert watcher.returncode == 0 and not (state / "verdict").exists()
-
-
-def test_keepalived_reads_a_fresh_verdict_and_runs_the_check_itself_and_a_watcher_when_there_is_none(host):
-    import subprocess
-    import time
-    state, router = host
-    router.workers = [router.url + "/w1/"]
-    _keepalived_pid(state, os.getpid())
-    for name in ("router_vrrp_check.py", "router_vrrp_check.sh"):  # as vrrp.yml lays them out
-        (state / name).write_text(open(os.path.join(ROOT, "roles", "router", "files", name)).read())
-
-    def keepalived_runs_the_script():
-        return subprocess.run(["/bin/sh", str(state / "router_vrrp_check.sh"), str(state), "3"], timeout=60,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False).returncode
-
-    (state / "verdict").write_text("1 %d\n" % time.time())  # fresh: the answer, nothing run
-    assert keepalived_runs_the_script() == 1 and not (state / "workers.json").exists()
-    (state / "verdict").write_text("1 %d\n" % (time.time() - 10))  # stale: the check itself, and a watcher
-    try:
-        assert keepalived_runs_the_script() == 0 and (state / "workers.json").exists()
-        at = _verdict(state, 0)
-        assert abs(at - time.time()) < 3
-        assert keepalived_runs_the_script() == 0
-    finally:
-        (state / "keepalived.pid").write_text("999999999\n")  # the watcher ends with keepalived
-        deadline = time.monotonic() + 10
-        while (state / "verdict").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-    assert not (state / "verdict").exists()
-    (state / "verdict").write_text("0 12a4\n")  # unreadable: the check itself
-    (state / "stopped").write_text("")
-    assert keepalived_runs_the_script() == 1

@@ -22,18 +22,12 @@ evicted.json. The router would go on sending them requests until its own health 
 request waits on a dead host before it is retried elsewhere); a router host that stopped takes its engine with
 it. The plays (router_workers' evicted_file) drop a worker they add or remove from the note, so the check does
 not put back a worker the plays took out (unless the run could not reach this host or write the note).
-With `watch`: the same check every half interval in one long-lived process, its verdict in the folder's
-`verdict` (exit code and time) for keepalived's script (router_vrrp_check.sh), which runs this file itself only
-when no fresh verdict is there (a Python start each second on each router host cost ~0.2 s of CPU each time). The
-watcher ends when keepalived ends, the configuration goes, or the plays write a new check.
-The containers are read and started through the Docker daemon's API on its socket (llm_docker_host), not its CLI.
 Standard library only; what it did goes to the system log (tag gpuserve-router-check) and standard error.
 """
 import contextlib
 import fcntl
 import hashlib
 import hmac
-import http.client
 import json
 import os
 import socket
@@ -42,7 +36,6 @@ import subprocess
 import sys
 import syslog
 import threading
-import time
 import urllib.parse
 import urllib.request
 
@@ -59,61 +52,12 @@ def say(text):
     syslog.syslog(text)
 
 
-class DockerSocket(http.client.HTTPConnection):
-    """HTTP to the Docker daemon on its unix socket."""
-
-    def __init__(self, path, timeout):
-        http.client.HTTPConnection.__init__(self, "localhost", timeout=timeout)
-        self.path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.path)
-
-
-def docker(config, method, path, timeout=10):
-    """(status, JSON or None) of one Docker API call, on llm_docker_host's socket; a daemon given by another
-    scheme (tcp://, ssh://) through its CLI (inspect and start only)."""
-    host = config.get("docker_host") or "unix:///var/run/docker.sock"
-    if host.startswith("unix://"):
-        conn = DockerSocket(host[len("unix://"):], timeout)
-        try:
-            conn.request(method, path)
-            answer = conn.getresponse()
-            body = answer.read()
-        finally:
-            conn.close()
-        try:
-            return answer.status, json.loads(body) if body else None
-        except ValueError:
-            return answer.status, None
-    name = urllib.parse.unquote(path.split("/")[2])
-    argv = ["docker", "-H", host] + (["start", name] if method == "POST" else ["inspect", "--type", "container", name])
-    got = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30, check=False)
-    if got.returncode != 0:
-        return 500, {"message": got.stderr.strip()}
-    return (204, None) if method == "POST" else (200, (json.loads(got.stdout) or [None])[0])
-
-
-def running_since(config, name):
-    """The container's start time when it runs; None when it does not (or does not exist, or the daemon does not
-    answer)."""
-    try:
-        status, data = docker(config, "GET", "/containers/%s/json" % urllib.parse.quote(name, safe=""))
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
-    state = (data or {}).get("State") or {} if status == 200 else {}
-    return state.get("StartedAt") if state.get("Running") else None
-
-
-def start(config, name):
-    """Start a stopped container: 'ok', or the daemon's reason."""
-    try:
-        status, data = docker(config, "POST", "/containers/%s/start" % urllib.parse.quote(name, safe=""), timeout=30)
-    except (OSError, subprocess.SubprocessError) as e:
-        return str(e)
-    return "ok" if status in (204, 304) else (data or {}).get("message") or "HTTP %d" % status
+def running_since(name):
+    """The container's start time when it runs; None when it does not (or does not exist)."""
+    got = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}} {{.State.StartedAt}}", name],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=10, check=False)
+    words = got.stdout.split()
+    return words[1] if got.returncode == 0 and words[:1] == ["true"] else None
 
 
 def ask(url, method="GET", timeout=2, context=None, headers=None):
@@ -294,108 +238,25 @@ def restore(config, record):
 
 
 def main(path, event=None):
-    if event == "watch":
-        return watch(path)
     with open(path) as f:
         config = json.load(f)
     if event == "master":
         return evict(config)
-    with checking(config):
-        return check(config)
-
-
-@contextlib.contextmanager
-def checking(config):
-    """One check at a time on a host (the watcher's and one keepalived runs itself)."""
-    with open(os.path.join(config["state_dir"], "check.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-def keepalived_runs(config):
-    """keepalived's process is there (its pid file, else a process of that name)."""
-    try:
-        with open(config.get("keepalived_pidfile") or "/run/keepalived.pid") as f:
-            os.kill(int(f.read().split()[0]), 0)
-        return True
-    except (OSError, ValueError, IndexError):
-        pass
-    for pid in os.listdir("/proc"):
-        try:
-            with open("/proc/%s/comm" % pid) as f:
-                if pid.isdigit() and f.read().strip() == "keepalived":
-                    return True
-        except OSError:
-            continue
-    return False
-
-
-def watch(path):
-    """The check every half interval in this one process, its verdict (exit code and time) in the folder's
-    `verdict`; ends when another watcher runs, the configuration is gone, the plays wrote a new check (the next
-    one keepalived starts runs it) or keepalived is not running."""
-    script = os.path.abspath(__file__)
-    written = os.stat(script).st_mtime_ns
-    try:
-        with open(path) as f:
-            state = json.load(f)["state_dir"]
-    except (OSError, ValueError, KeyError):
-        return 0  # nothing to watch
-    with open(os.path.join(state, "watch.lock"), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return 0  # another watches
-        return watching(path, script, written, os.path.join(state, "verdict"))
-
-
-def watching(path, script, written, verdict):
-    """watch()'s loop, under its lock."""
-    try:
-        while True:
-            began = time.monotonic()
-            try:
-                with open(path) as f:
-                    config = json.load(f)
-                if os.stat(script).st_mtime_ns != written or not keepalived_runs(config):
-                    return 0
-            except (OSError, ValueError):
-                return 0
-            try:
-                with checking(config):
-                    code = check(config)
-            except Exception as e:  # pylint: disable=broad-except  # a verdict every time, never a dead watcher
-                say("the check failed: %r" % e)
-                code = 1
-            with open(verdict + ".new", "w") as f:
-                f.write("%d %d\n" % (code, int(time.time())))
-            os.replace(verdict + ".new", verdict)
-            time.sleep(max(0.05, float(config.get("interval", 1)) / 2 - (time.monotonic() - began)))
-    finally:
-        with contextlib.suppress(OSError):
-            os.remove(verdict)  # keepalived's script runs the check itself until another watcher writes one
-
-
-def check(config):
-    """0 when this host may hold the address (the steps in this file's docstring)."""
     state = config["state_dir"]
     if os.path.exists(os.path.join(state, "stopped")):
         return 1
     record_path = os.path.join(state, "workers.json")
     recorded = read_json(record_path, None)
     replacing = bool(recorded) and "replacing" in recorded  # the plays are starting a new router container
-    started = None
     for name in config["containers"]:
         if replacing and name == config["router"]:
             continue  # the plays' to start
-        since = running_since(config, name)
-        if since is None:
-            say("%s was not running: started again (%s)" % (name, start(config, name)))
+        if running_since(name) is None:
+            got = subprocess.run(["docker", "start", name], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True, timeout=30, check=False)
+            say("%s was not running: started again (%s)" % (name, "ok" if got.returncode == 0 else got.stderr.strip()))
             return 1
-        if name == config["router"]:
-            started = since
-    if replacing:
-        started = running_since(config, config["router"])
+    started = running_since(config["router"])
     if started is None:
         return 1  # none runs (the plays are starting one)
     if replacing:
