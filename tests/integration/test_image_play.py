@@ -85,15 +85,16 @@ VLLM_VERSION = "0.26.0"
 SITE = "usr/local/lib/python3.11/dist-packages"
 
 
-def vllm_wheel():
-    """vLLM 0.26.0's wheel (304 MB), downloaded once with pip (no dependencies) and kept under .work/ by version."""
-    cache = os.path.join(ROOT, ".work", "engine-wheels", "vllm-" + VLLM_VERSION)
-    found = glob.glob(os.path.join(cache, "vllm-%s-*.whl" % VLLM_VERSION))
+def engine_wheel(package, version):
+    """An engine's wheel (vLLM 0.26.0's: 304 MB; SGLang 0.5.5's: 3.4 MB), downloaded once with pip (no dependencies)
+    and kept under .work/ by version."""
+    cache = os.path.join(ROOT, ".work", "engine-wheels", "%s-%s" % (package, version))
+    found = glob.glob(os.path.join(cache, "%s-%s-*.whl" % (package, version)))
     if not found:
         os.makedirs(cache, exist_ok=True)
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
-                        "--only-binary=:all:", "vllm==" + VLLM_VERSION, "-d", cache], check=True)
-        found = glob.glob(os.path.join(cache, "vllm-%s-*.whl" % VLLM_VERSION))
+                        "--only-binary=:all:", "%s==%s" % (package, version), "-d", cache], check=True)
+        found = glob.glob(os.path.join(cache, "%s-%s-*.whl" % (package, version)))
     return found[0]
 
 
@@ -108,7 +109,7 @@ def vllm_pulled(registry, docker_host, tmp_path_factory):
             with open(os.path.join(VLLM_PATCHES, name)) as f:
                 patched.update(re.findall(r"^diff --git a/(\S+) b/", f.read(), re.M))
     context = tmp_path_factory.mktemp("vllm-image")
-    with zipfile.ZipFile(vllm_wheel()) as wheel, tarfile.open(str(context / "site.tar"), "w") as tar:
+    with zipfile.ZipFile(engine_wheel("vllm", VLLM_VERSION)) as wheel, tarfile.open(str(context / "site.tar"), "w") as tar:
         for member in wheel.namelist():
             if member in patched or member.startswith("vllm-%s.dist-info/" % VLLM_VERSION):
                 data = wheel.read(member)
@@ -281,17 +282,10 @@ print(json.dumps(out))
 
 
 def sglang_site(tmp_path):
-    """SGLang 0.5.5's files the series patches and its dist-info, from its wheel (3.4 MB, downloaded once with pip,
-    no dependencies, kept under .work/ by version), with the one its image loader lives in."""
-    cache = os.path.join(ROOT, ".work", "engine-wheels", "sglang-" + SGLANG_VERSION)
-    found = glob.glob(os.path.join(cache, "sglang-%s-*.whl" % SGLANG_VERSION))
-    if not found:
-        os.makedirs(cache, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
-                        "--only-binary=:all:", "sglang==" + SGLANG_VERSION, "-d", cache], check=True)
-        found = glob.glob(os.path.join(cache, "sglang-%s-*.whl" % SGLANG_VERSION))
+    """SGLang 0.5.5's files the series patches and its dist-info, from its wheel, with the one its image loader
+    lives in."""
     site = tmp_path / "site"
-    with zipfile.ZipFile(found[0]) as wheel:
+    with zipfile.ZipFile(engine_wheel("sglang", SGLANG_VERSION)) as wheel:
         for member in wheel.namelist():
             if member in ("sglang/srt/multimodal/processors/base_processor.py", "sglang/srt/utils/common.py") or \
                     member.startswith("sglang-%s.dist-info/" % SGLANG_VERSION):
