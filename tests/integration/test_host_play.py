@@ -436,10 +436,28 @@ class Routers(object):
                          re.findall(r"^(vllm_router_requests_total\{[^}]*\}) (\S+)$", text, re.M))
         return found
 
+    def log(self):
+        """{router host: the lines of its keepalived check's log} (check.log: each verdict that changed, each check
+        that could not tell, each state keepalived entered); [] for a host that is down."""
+        return dict((h, sh(self.docker_host, h, "cat /var/lib/gpuserve/router/check.log 2>/dev/null").stdout
+                     .splitlines()) for h in self.hosts)
+
+    def since(self, before):
+        """{router host: the lines its check logged since `before` (a log())}, the hosts that logged any."""
+        return dict((h, lines[len(before.get(h, [])):]) for h, lines in self.log().items()
+                    if lines[len(before.get(h, [])):])
+
     def holder(self, address):
         """The router hosts that hold `address` now (their interfaces, read in each; a host that is down holds
         nothing)."""
         return [h for h in self.hosts if " %s/" % address in sh(self.docker_host, h, "ip -o -4 addr show").stdout]
+
+
+def vrrp_changed(said):
+    """Whether the router hosts' check logs (Routers.since()) say a host gave the address up, or keepalived took it
+    or entered FAULT (a move, or one ready to happen)."""
+    return any(" gives the address up: " in line or " is MASTER now" in line or " is FAULT now" in line
+               for lines in said.values() for line in lines)
 
 
 def first_answer(url, key, since, timeout=30, each=10):
@@ -794,20 +812,25 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
                    for n in engines)
     assert chat(key=OLD_KEY)[0] == 200 and chat(key=CLIENT_KEY)[0] == 401
     client = vaulted_dict(tmp_path, "keys-ci-new.yml", "llm_client_keys", {"ci": CI_KEY, "new": CLIENT_KEY})
+    checked = routers.log()
     with StreamLoad(front, CI_KEY, "tiny", concurrency=1, max_tokens=400) as load:
         time.sleep(2)
         rekeyed = fleet.run("--tags", "front", *client)
         time.sleep(1)
     streamed = load.counts()
+    # The address stays where it is: a move leaves a client waiting on the old holder with no answer.
+    said = routers.since(checked)
+    assert not vrrp_changed(said), said
     fleet = inventory()  # the new keys from here on
     assert rekeyed.rc == 0 and rekeyed.says("2 client key(s)") and rekeyed.says("reloaded"), rekeyed
-    assert streamed["failed"] == 0 and streamed["completed"] > 0, streamed
+    assert streamed["failed"] == 0 and streamed["completed"] > 0, (streamed, said)
     assert chat(key=CLIENT_KEY)[0] == 200 and chat(key=CI_KEY)[0] == 200 and chat(key=OLD_KEY)[0] == 401
     assert [call("GET", u + "/v1/models", OLD_KEY)[0] for u in fronts.values()] == [401] * 3
     assert [call("GET", u + "/v1/models", CLIENT_KEY)[0] for u in fronts.values()] == [200] * 3
     assert dict((n, sh(docker_host, n, "docker ps -q --filter label=gpuserve.llm.service").stdout.split())
                 for n in engines) == serving  # no engine was restarted
-    measured("client keys: one added and one revoked under a stream (%s), no engine restarted" % streamed)
+    measured("client keys: one added and one revoked under a stream (%s), no engine restarted; the routers' checks "
+             "said: %s" % (streamed, said or "nothing"))
 
     # verify and bench on each host, then once more through the fleet endpoint: reports/fleet/.
     verified = fleet.run(playbook="playbooks/verify.yml")
@@ -927,12 +950,15 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # open on the host being rolled (issue 38 item 6): when the first host leaves the router, four 1,500-token
     # streams go to its own front (a client key), and its drain must count them and wait for them.
     held = HeldOnLeave(lambda: routers.workers_of(good), engines, fronts, dict((n, CI_KEY) for n in engines))
+    checked = routers.log()
     with StreamLoad(front, CI_KEY, "tiny", concurrency=1, max_tokens=800) as load:
         held.start()
         time.sleep(2)
         roll = fleet.run("-e", "llm_context=3072", "-e", "router_policy=cache_aware")
         time.sleep(2)
     drained = load.counts()
+    rolled_said = routers.since(checked)
+    assert not vrrp_changed(rolled_said), rolled_said
     held_host, held_results = held.finish()
     assert roll.rc == 0 and roll.says("is now LIVE (3 of 3 hosts)"), roll
     assert roll.says("drained: "), roll
@@ -958,8 +984,9 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     undrained = load.counts()
     assert control.rc == 0 and control.recap[badjson]["changed"] > 0, control
     assert not control.says("drained: "), control
-    measured("roll with the drain: %s; without (control): %s" % (drained, undrained))
-    assert drained["failed"] == 0 and drained["completed"] > 0, drained
+    measured("roll with the drain: %s; without (control): %s; the routers' checks said in the roll: %s" % (
+        drained, undrained, rolled_said or "nothing"))
+    assert drained["failed"] == 0 and drained["completed"] > 0, (drained, rolled_said)
     assert undrained["failed"] > 0, undrained
     roll_s = time.monotonic() - started - live_s - rerun_s
 
@@ -970,6 +997,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # again by keepalived's check and given back its workers; the stopped host, started again, loads the workers
     # and stays BACKUP: the address does not flap.
     [first] = routers.holder(vip)
+    checked = routers.log()
     with StreamLoad(front, CI_KEY, "tiny", concurrency=2, max_tokens=200) as load:
         time.sleep(2)
         killed_at = time.monotonic()
@@ -978,7 +1006,10 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         time.sleep(3)
     failed_after, cut = after_move(load.outcomes(), killed_at + took)
     [second] = routers.holder(vip)
-    assert second != first and took < 3 and failed_after == [], (first, second, took, failed_after)
+    said = routers.since(checked)
+    assert second != first and took < 3 and failed_after == [], (first, second, took, failed_after, said)
+    # one move: `second` took the address once, and nothing took it back
+    assert [h for h, lines in said.items() for line in lines if line.endswith(" is MASTER now")] == [second], said
     measured("router killed on %s: %s holds %s, the first request answered %.2f s after the kill (it took %.2f s); %d "
              "stream(s) cut, none failed of those started after (%s)" % (
                  first, second, vip, took, took_one, len(cut), load.counts()))
@@ -996,6 +1027,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # router the workers that do not answer (keepalived's notify_master), or the router would send that engine
     # requests until its own health checks mark it (each retried elsewhere about 1 s later: the first answer
     # came 2.5-2.8 s after the stop without this). The goal: the first answer within 3 s of the stop.
+    checked = routers.log()
     with StreamLoad(front, CI_KEY, "tiny", concurrency=2, max_tokens=200) as load:
         time.sleep(2)
         stopped_at = time.monotonic()
@@ -1008,8 +1040,10 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         took_host, took_one = first_answer(front, CI_KEY, stopped_at)
         time.sleep(3)
     failed_after, cut = after_move(load.outcomes(), stopped_at + took_host)
+    said = routers.since(checked)  # `second` is down: what `first` logged
     assert moved_s is not None and moved_s < 3 and took_host < 3 and failed_after == [], (
-        moved_s, took_host, took_one, failed_after)
+        moved_s, took_host, took_one, failed_after, said)
+    assert [h for h, lines in said.items() for line in lines if line.endswith(" is MASTER now")] == [first], said
     live_engines = sorted(u for h, u in engines.items() if h not in (second, badkey))
     assert routers.workers_of(first) == live_engines, routers.workers_of(first)  # the stopped host's engine out
     measured("router host %s stopped: %s held %s %.2f s after the stop, the first request answered %.2f s after the "

@@ -154,10 +154,15 @@ def test_keepalived_holds_the_address_by_unicast_vrrp_and_never_takes_it_back():
 
 CHECK = os.path.join(ROOT, "roles", "router", "files", "router_vrrp_check.py")
 FAKE_DOCKER = """#!/bin/sh
-# test plumbing: docker inspect/start of the containers named in $STATE (name: 'running <started>' or 'stopped')
+# test plumbing: docker inspect/start of the containers named in $STATE (name: 'running <started>' or 'stopped');
+# with $STATE/daemon-down, the CLI's words when the daemon does not answer
 state="$STATE/$3"
 case "$1" in
-  inspect) name="$4"; [ -e "$STATE/$name" ] || exit 1; set -- $(cat "$STATE/$name")
+  inspect) name="$4"
+           if [ -e "$STATE/daemon-down" ]; then echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." \
+             "Is the docker daemon running?" >&2; exit 1; fi
+           [ -e "$STATE/$name" ] || { echo "Error: No such object: $name" >&2; exit 1; }
+           set -- $(cat "$STATE/$name")
            if [ "$1" = running ]; then echo "true $2"; else echo "false 0001-01-01T00:00:00Z"; fi ;;
   start) echo "running started-by-check" > "$STATE/$2"; echo "$2" >> "$STATE/started.log" ;;
 esac
@@ -251,7 +256,8 @@ def check(state, *event):
 def test_the_check_holds_the_address_while_the_front_answers_and_records_the_workers(host):
     state, router = host
     router.workers = [router.url + "/w1/", router.url + "/w2/"]
-    assert check(state) == (0, "")
+    assert check(state) == (0, "gpuserve router check: may hold the address: its front answers\n")
+    assert check(state) == (0, "")  # said once, when the verdict changed
     assert json.loads((state / "workers.json").read_text()) == {
         "started": "2026-12-03T10:00:00Z", "workers": sorted(router.workers)}
     router.health = 503  # the router has no healthy worker: the front's /health says so
@@ -288,9 +294,48 @@ def test_a_front_that_stopped_is_started_again_and_the_address_given_up_meanwhil
     assert check(state)[0] == 0
 
 
+def test_a_check_that_cannot_tell_keeps_the_verdict_two_times_and_gives_the_address_up_the_third(host):
+    state, router = host
+    assert check(state)[0] == 0
+    config = json.loads((state / "check.json").read_text())
+    healthy_front = config["health"]
+    config["health"] = "http://127.0.0.1:%d/health" % free_port()  # the front does not answer (refused)
+    (state / "check.json").write_text(json.dumps(config))
+    assert [check(state)[0] for _check in range(3)] == [0, 0, 1]
+    assert check(state)[0] == 1
+    config["health"] = healthy_front
+    (state / "check.json").write_text(json.dumps(config))
+    assert check(state)[0] == 0
+    # Docker's CLI does not answer (a starved or restarting daemon): a doubt too, and nothing is started
+    (state / "daemon-down").write_text("")
+    assert [check(state)[0] for _check in range(2)] == [0, 0]
+    (state / "daemon-down").unlink()
+    assert check(state)[0] == 0 and not (state / "started.log").exists()
+    (state / "gpuserve-router").write_text("stopped\n")  # an answer, not a doubt: given up at once
+    assert check(state)[0] == 1
+    log = (state / "check.log").read_text()
+    assert re.search(r"^\d{4}-\d\d-\d\dT[\d:.]+Z may hold the address: its front answers$", log, re.M), log
+    assert "could not tell (1 of 3 in a row), keeps its verdict 0: the front's /health did not answer:" in log
+    assert "gives the address up: 3 checks in a row could not tell (the last: the front's /health did not" in log
+    assert "could not tell (2 of 3 in a row), keeps its verdict 0: docker inspect gpuserve-router: Cannot connect " \
+        "to the Docker daemon" in log, log
+    assert log.count("gives the address up") == 2 and log.rstrip().endswith(
+        "gives the address up: gpuserve-router was not running"), log
+    assert check(state, "backup") == (0, "gpuserve router check: keepalived: this host is BACKUP now\n")
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_keepalived_takes_out_the_dead_workers_when_it_takes_the_address():
-    assert 'notify_master "/usr/bin/python3 /var/lib/gpuserve/router/router_vrrp_check.py ' \
-        '/var/lib/gpuserve/router/check.json master"' in _keepalived()
+    conf = _keepalived()
+    for event in ("master", "backup", "fault"):  # master: the dead workers out; each: the state in check.log
+        assert 'notify_%s "/usr/bin/python3 /var/lib/gpuserve/router/router_vrrp_check.py ' \
+            '/var/lib/gpuserve/router/check.json %s"' % (event, event) in conf, conf
 
 
 def _free_port():
@@ -395,7 +440,7 @@ def test_a_router_the_plays_start_is_recorded_anew_never_given_the_old_ones_work
     router.workers = [w1, w2]
     # main.yml marks the container it replaces; a check before the new one starts records nothing from the old
     (state / "workers.json").write_text(json.dumps({"replacing": "2026-12-03T10:00:00Z"}))
-    assert check(state) == (0, "")
+    assert check(state)[0] == 0
     assert json.loads((state / "workers.json").read_text()) == {"replacing": "2026-12-03T10:00:00Z"}
     (state / "gpuserve-router").write_text("running 2026-12-03T11:00:00Z\n")  # the plays' new container
     router.workers = [w1]  # started with the LIVE hosts of the run (w2 failed in it)

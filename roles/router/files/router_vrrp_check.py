@@ -22,7 +22,13 @@ evicted.json. The router would go on sending them requests until its own health 
 request waits on a dead host before it is retried elsewhere); a router host that stopped takes its engine with
 it. The plays (router_workers' evicted_file) drop a worker they add or remove from the note, so the check does
 not put back a worker the plays took out (unless the run could not reach this host or write the note).
-Standard library only; what it did goes to the system log (tag gpuserve-router-check) and standard error.
+A check that cannot tell (Docker's CLI or the router or the front did not answer in time, as on a starved host) is
+a doubt, not a failure: the host keeps its last verdict for up to DOUBTS checks in a row, then gives the address
+up. An address given up moves, and a client waiting on a connection to the old holder hears nothing more (its
+replies cannot leave a host that no longer holds the address): a passing stall must not move it.
+With `backup` or `fault` (keepalived's notify_backup and notify_fault), and `master`: the state is logged.
+Standard library only; what it did goes to check.log in the state folder (each verdict that changed, each doubt,
+each state keepalived entered), the system log (tag gpuserve-router-check) and standard error.
 """
 import contextlib
 import fcntl
@@ -36,6 +42,8 @@ import subprocess
 import sys
 import syslog
 import threading
+import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -43,21 +51,52 @@ import urllib.request
 CONNECT_TIMEOUT = 0.5
 HEALTH_TIMEOUT = 5  # a noted worker that takes connections again: its /health, before it is put back
 PEERS = b"gpuserve.llm router peers"  # the HMAC's message, as in the front's front_auth.js
+DOUBTS = 3  # checks in a row that cannot tell before the address is given up (about 3 s at one a second)
+LOG_BYTES = 1 << 20  # check.log is moved to check.log.1 beyond this
+LOG = {"path": None}
+
+
+class Doubt(Exception):
+    """The check could not tell: something it asks did not answer in time (not: answered no)."""
 
 
 def say(text):
-    """keepalived sends a script's output nowhere: the system log too."""
+    """keepalived sends a script's output nowhere: check.log and the system log too."""
     sys.stderr.write("gpuserve router check: %s\n" % text)
     syslog.openlog("gpuserve-router-check")
     syslog.syslog(text)
+    if LOG["path"]:
+        try:
+            if os.path.getsize(LOG["path"]) > LOG_BYTES:
+                os.replace(LOG["path"], LOG["path"] + ".1")
+        except OSError:
+            pass
+        try:
+            with open(LOG["path"], "a") as f:
+                f.write("%s %s\n" % (stamp(), text))
+        except OSError:
+            pass
+
+
+def stamp():
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + (".%03dZ" % int(now % 1 * 1000))
 
 
 def running_since(name):
-    """The container's start time when it runs; None when it does not (or does not exist)."""
-    got = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}} {{.State.StartedAt}}", name],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=10, check=False)
+    """The container's start time when it runs; None when it does not run (or does not exist). Doubt when Docker
+    does not answer."""
+    try:
+        got = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}} {{.State.StartedAt}}", name],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=10, check=False)
+    except subprocess.TimeoutExpired:
+        raise Doubt("docker inspect %s did not answer in 10 s" % name) from None
     words = got.stdout.split()
-    return words[1] if got.returncode == 0 and words[:1] == ["true"] else None
+    if got.returncode == 0:
+        return words[1] if words[:1] == ["true"] else None
+    if "no such" in got.stderr.lower():
+        return None
+    raise Doubt("docker inspect %s: %s" % (name, " ".join(got.stderr.split())[:200] or "exit %d" % got.returncode))
 
 
 def ask(url, method="GET", timeout=2, context=None, headers=None):
@@ -240,11 +279,47 @@ def restore(config, record):
 def main(path, event=None):
     with open(path) as f:
         config = json.load(f)
-    if event == "master":
-        return evict(config)
+    LOG["path"] = os.path.join(config["state_dir"], "check.log")
+    if event in ("master", "backup", "fault"):
+        say("keepalived: this host is %s now" % event.upper())
+        return evict(config) if event == "master" else 0
+    try:
+        verdict, why = check(config)
+    except Doubt as e:
+        return doubted(config, str(e))
+    return settle(config, verdict, why)
+
+
+def settle(config, verdict, why):
+    """The verdict, said in check.log when it changed."""
+    path = os.path.join(config["state_dir"], "verdict.json")
+    last = read_json(path, {})
+    if last.get("verdict") != verdict or last.get("doubts"):
+        write_json(path, {"verdict": verdict, "doubts": 0})
+    if last.get("verdict") != verdict:
+        say("may hold the address: its front answers" if verdict == 0 else "gives the address up: %s" % why)
+    return verdict
+
+
+def doubted(config, why):
+    """The last verdict kept while fewer than DOUBTS checks in a row could not tell; then 1."""
+    path = os.path.join(config["state_dir"], "verdict.json")
+    last = read_json(path, {})
+    doubts = last.get("doubts", 0) + 1
+    verdict = last.get("verdict", 1) if doubts < DOUBTS else 1
+    write_json(path, {"verdict": verdict, "doubts": doubts})
+    if doubts < DOUBTS:
+        say("could not tell (%d of %d in a row), keeps its verdict %d: %s" % (doubts, DOUBTS, verdict, why))
+    elif doubts == DOUBTS or last.get("verdict") != 1:
+        say("gives the address up: %d checks in a row could not tell (the last: %s)" % (doubts, why))
+    return verdict
+
+
+def check(config):
+    """(0, None) when this host may hold the address, else (1, why); Doubt when it cannot tell."""
     state = config["state_dir"]
     if os.path.exists(os.path.join(state, "stopped")):
-        return 1
+        return 1, "the plays stopped the router (stop.yml or remove.yml)"
     record_path = os.path.join(state, "workers.json")
     recorded = read_json(record_path, None)
     replacing = bool(recorded) and "replacing" in recorded  # the plays are starting a new router container
@@ -255,10 +330,10 @@ def main(path, event=None):
             got = subprocess.run(["docker", "start", name], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                  text=True, timeout=30, check=False)
             say("%s was not running: started again (%s)" % (name, "ok" if got.returncode == 0 else got.stderr.strip()))
-            return 1
+            return 1, "%s was not running" % name
     started = running_since(config["router"])
     if started is None:
-        return 1  # none runs (the plays are starting one)
+        return 1, "no router container runs (the plays are starting one)"
     if replacing:
         if started == recorded["replacing"]:
             try:  # the old one still runs: noted workers put back, nothing recorded from it
@@ -271,14 +346,14 @@ def main(path, event=None):
     if restored:
         wanted = restore(config, recorded)
         if wanted is None:
-            return 1
+            return 1, "its router started again and does not answer yet"
         record = dict(recorded, started=started, workers=wanted)
     else:
         try:
             noted = readmit(config, workers(config["admin"]))
             record = {"started": started, "workers": sorted(set(workers(config["admin"])) | set(noted))}
-        except (OSError, ValueError, KeyError):
-            return 1
+        except (OSError, ValueError, KeyError) as e:
+            raise Doubt("the router's workers could not be read: %s" % e) from None
     # written unless the plays marked a replacement since it was read (their mark wins)
     if record != recorded and "replacing" not in (read_json(record_path, None) or {}) or replacing:
         write_json(record_path, record)
@@ -290,7 +365,7 @@ def main(path, event=None):
         except OSError as e:  # the front's folder is not made yet
             say("could not publish the workers for the other router hosts: %s" % e)
     if restored:
-        return 1  # the address from the next check on
+        return 1, "its router started again: given its workers back, it may hold the address from the next check"
     return front_answers(config)
 
 
@@ -306,11 +381,15 @@ def tls_context(config):
 
 
 def front_answers(config):
-    """0 when the front's /health is 200 (the router ready with at least one worker), else 1."""
+    """(0, None) when the front's /health is 200 (the router ready with at least one worker), (1, why) when it
+    answers another status; Doubt when it does not answer."""
     try:
-        return 0 if ask(config["health"], context=tls_context(config))[0] == 200 else 1
-    except OSError:
-        return 1
+        status = ask(config["health"], context=tls_context(config))[0]
+        return (0, None) if status == 200 else (1, "the front's /health answered %d" % status)
+    except urllib.error.HTTPError as e:
+        return 1, "the front's /health answered %d" % e.code
+    except OSError as e:
+        raise Doubt("the front's /health did not answer: %s" % e) from None
 
 
 if __name__ == "__main__":
