@@ -610,7 +610,7 @@ def self_check():
                     ok = err < 0.01 and left_over == 0.0
                     failures += not ok
                     print("n %d k %d m %d %-4s dot %d bn %3d bk %3d split %2d %-8s rel_error %.5f workspace %g %s" % (
-                        n, k, m, act, dot, bn, bk, split_k, reduce, err, left_over, "ok" if ok else "FAIL"),
+                        n, k, m, act, int(dot), bn, bk, split_k, reduce, err, left_over, "ok" if ok else "FAIL"),
                         flush=True)
     print("failures:", failures)
     return failures
