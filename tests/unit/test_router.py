@@ -153,20 +153,69 @@ def test_keepalived_holds_the_address_by_unicast_vrrp_and_never_takes_it_back():
 
 
 CHECK = os.path.join(ROOT, "roles", "router", "files", "router_vrrp_check.py")
-FAKE_DOCKER = """#!/bin/sh
-# test plumbing: docker inspect/start of the containers named in $STATE (name: 'running <started>' or 'stopped');
-# with $STATE/daemon-down, the CLI's words when the daemon does not answer
-state="$STATE/$3"
-case "$1" in
-  inspect) name="$4"
-           if [ -e "$STATE/daemon-down" ]; then echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock." \
-             "Is the docker daemon running?" >&2; exit 1; fi
-           [ -e "$STATE/$name" ] || { echo "Error: No such object: $name" >&2; exit 1; }
-           set -- $(cat "$STATE/$name")
-           if [ "$1" = running ]; then echo "true $2"; else echo "false 0001-01-01T00:00:00Z"; fi ;;
-  start) echo "running started-by-check" > "$STATE/$2"; echo "$2" >> "$STATE/started.log" ;;
-esac
-"""
+
+
+class FakeDocker(object):
+    """The Docker daemon's API on a unix socket (test plumbing), for the containers named in `state`: a file per
+    container ('running <started>' or 'stopped'; none: 404), POST .../start marks it running (and logs it to
+    started.log); with state/daemon-down the connection is closed unanswered."""
+
+    def __init__(self, state):
+        import http.server
+        import socketserver
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _answer(self, status, body=None):
+                data = json.dumps(body).encode() if body is not None else b""
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _container(self):
+                parts = self.path.split("/")  # /containers/NAME/json or /containers/NAME/start
+                return state / parts[2] if len(parts) == 4 and parts[1] == "containers" else None
+
+            def do_GET(self):
+                if (state / "daemon-down").exists():
+                    self.close_connection = True
+                    return None
+                path = self._container()
+                if path is None or not path.exists():
+                    return self._answer(404, {"message": "No such container"})
+                words = path.read_text().split()
+                running = words[0] == "running"
+                return self._answer(200, {"State": {"Running": running, "StartedAt": words[1] if running else
+                                                    "0001-01-01T00:00:00Z"}})
+
+            def do_POST(self):
+                path = self._container()
+                if path is None or not path.exists():
+                    return self._answer(404, {"message": "No such container"})
+                path.write_text("running started-by-check\n")
+                with open(state / "started.log", "a") as log:
+                    log.write(path.name + "\n")
+                return self._answer(204)
+
+        class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+            daemon_threads = True
+
+            def get_request(self):
+                request, _address = super().get_request()
+                return request, ("docker.sock", 0)  # BaseHTTPRequestHandler wants a (host, port)
+
+        self.path = str(state / "docker.sock")
+        self.server = Server(self.path, Handler)
+        self.url = "unix://" + self.path
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class Router(object):
@@ -226,23 +275,21 @@ class Router(object):
 
 
 @pytest.fixture
-def host(tmp_path, monkeypatch):
-    """A router host for the check: a fake docker on PATH, its state folder, the check's configuration."""
-    bin_dir, state = tmp_path / "bin", tmp_path / "state"
-    bin_dir.mkdir()
+def host(tmp_path):
+    """A router host for the check: its state folder, a Docker daemon's API for its containers, the configuration."""
+    state = tmp_path / "state"
     state.mkdir()
-    (bin_dir / "docker").write_text(FAKE_DOCKER)
-    (bin_dir / "docker").chmod(0o755)
-    monkeypatch.setenv("PATH", "%s:%s" % (bin_dir, os.environ["PATH"]))
-    monkeypatch.setenv("STATE", str(state))
     for name in ("gpuserve-router", "gpuserve-router-front"):
         (state / name).write_text("running 2026-12-03T10:00:00Z\n")
+    daemon = FakeDocker(state)
     router = Router([])
     config = {"containers": ["gpuserve-router", "gpuserve-router-front"], "router": "gpuserve-router",
-              "admin": router.url, "health": router.url + "/health", "cafile": "", "state_dir": str(state)}
+              "admin": router.url, "health": router.url + "/health", "cafile": "", "state_dir": str(state),
+              "docker": daemon.url}
     (state / "check.json").write_text(json.dumps(config))
     yield state, router
     router.close()
+    daemon.close()
 
 
 def check(state, *event):
@@ -306,7 +353,7 @@ def test_a_check_that_cannot_tell_keeps_the_verdict_two_times_and_gives_the_addr
     config["health"] = healthy_front
     (state / "check.json").write_text(json.dumps(config))
     assert check(state)[0] == 0
-    # Docker's CLI does not answer (a starved or restarting daemon): a doubt too, and nothing is started
+    # The Docker daemon does not answer (starved, or restarting): a doubt too, and nothing is started
     (state / "daemon-down").write_text("")
     assert [check(state)[0] for _check in range(2)] == [0, 0]
     (state / "daemon-down").unlink()
@@ -317,8 +364,8 @@ def test_a_check_that_cannot_tell_keeps_the_verdict_two_times_and_gives_the_addr
     assert re.search(r"^\d{4}-\d\d-\d\dT[\d:.]+Z may hold the address: its front answers$", log, re.M), log
     assert "could not tell (1 of 3 in a row), keeps its verdict 0: the front's /health did not answer:" in log
     assert "gives the address up: 3 checks in a row could not tell (the last: the front's /health did not" in log
-    assert "could not tell (2 of 3 in a row), keeps its verdict 0: docker inspect gpuserve-router: Cannot connect " \
-        "to the Docker daemon" in log, log
+    assert re.search(r"could not tell \(2 of 3 in a row\), keeps its verdict 0: the Docker daemon \(unix://\S+/docker"
+                     r"\.sock\) did not answer GET /containers/gpuserve-router/json: ", log), log
     assert log.count("gives the address up") == 2 and log.rstrip().endswith(
         "gives the address up: gpuserve-router was not running"), log
     assert check(state, "backup") == (0, "gpuserve router check: keepalived: this host is BACKUP now\n")

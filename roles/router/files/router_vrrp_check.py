@@ -22,7 +22,7 @@ evicted.json. The router would go on sending them requests until its own health 
 request waits on a dead host before it is retried elsewhere); a router host that stopped takes its engine with
 it. The plays (router_workers' evicted_file) drop a worker they add or remove from the note, so the check does
 not put back a worker the plays took out (unless the run could not reach this host or write the note).
-A check that cannot tell (Docker's CLI or the router or the front did not answer in time, as on a starved host) is
+A check that cannot tell (the Docker daemon, the router or the front did not answer in time, as on a starved host) is
 a doubt, not a failure: the host keeps its last verdict for up to DOUBTS checks in a row, then gives the address
 up. An address given up moves, and a client waiting on a connection to the old holder hears nothing more (its
 replies cannot leave a host that no longer holds the address): a passing stall must not move it.
@@ -34,11 +34,11 @@ import contextlib
 import fcntl
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import socket
 import ssl
-import subprocess
 import sys
 import syslog
 import threading
@@ -83,20 +83,59 @@ def stamp():
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + (".%03dZ" % int(now % 1 * 1000))
 
 
-def running_since(name):
+class DockerConnection(http.client.HTTPConnection):
+    """HTTP to the Docker daemon's API on its unix socket (llm_docker_host's unix:// path), or on tcp://."""
+
+    def __init__(self, address, timeout):
+        parts = urllib.parse.urlsplit(address)
+        self.socket_path = parts.path if parts.scheme == "unix" else None
+        super().__init__(parts.hostname or "localhost", parts.port, timeout=timeout)
+
+    def connect(self):
+        if self.socket_path is None:
+            return super().connect()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+        return None
+
+
+def docker(config, method, path, timeout=10):
+    """(status, the answer's JSON or None) of one call to the Docker daemon's API; Doubt when it does not answer.
+    The API, not the CLI: a Go binary started three times a second on each router host costs a core-minute in ten."""
+    address = config.get("docker") or "unix:///var/run/docker.sock"
+    conn = DockerConnection(address, timeout)
+    try:
+        conn.request(method, path, headers={"Content-Length": "0"} if method == "POST" else {})
+        answer = conn.getresponse()
+        body = answer.read()
+        return answer.status, json.loads(body) if body.strip() else None
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        raise Doubt("the Docker daemon (%s) did not answer %s %s: %s" % (address, method, path, e or type(e).__name__)) \
+            from None
+    finally:
+        conn.close()
+
+
+def running_since(config, name):
     """The container's start time when it runs; None when it does not run (or does not exist). Doubt when Docker
     does not answer."""
-    try:
-        got = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}} {{.State.StartedAt}}", name],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=10, check=False)
-    except subprocess.TimeoutExpired:
-        raise Doubt("docker inspect %s did not answer in 10 s" % name) from None
-    words = got.stdout.split()
-    if got.returncode == 0:
-        return words[1] if words[:1] == ["true"] else None
-    if "no such" in got.stderr.lower():
+    status, found = docker(config, "GET", "/containers/%s/json" % urllib.parse.quote(name, safe=""))
+    if status == 404:
         return None
-    raise Doubt("docker inspect %s: %s" % (name, " ".join(got.stderr.split())[:200] or "exit %d" % got.returncode))
+    if status != 200 or not isinstance(found, dict):
+        raise Doubt("the Docker daemon answered %d for %s: %s" % (status, name, found))
+    state = found.get("State") or {}
+    return state.get("StartedAt") if state.get("Running") else None
+
+
+def start(config, name):
+    """docker start: 'ok', or the daemon's words."""
+    try:
+        status, found = docker(config, "POST", "/containers/%s/start" % urllib.parse.quote(name, safe=""), timeout=30)
+    except Doubt as e:
+        return str(e)
+    return "ok" if status in (204, 304) else "%d %s" % (status, (found or {}).get("message", ""))
 
 
 def ask(url, method="GET", timeout=2, context=None, headers=None):
@@ -326,12 +365,10 @@ def check(config):
     for name in config["containers"]:
         if replacing and name == config["router"]:
             continue  # the plays' to start
-        if running_since(name) is None:
-            got = subprocess.run(["docker", "start", name], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 text=True, timeout=30, check=False)
-            say("%s was not running: started again (%s)" % (name, "ok" if got.returncode == 0 else got.stderr.strip()))
+        if running_since(config, name) is None:
+            say("%s was not running: started again (%s)" % (name, start(config, name)))
             return 1, "%s was not running" % name
-    started = running_since(config["router"])
+    started = running_since(config, config["router"])
     if started is None:
         return 1, "no router container runs (the plays are starting one)"
     if replacing:
