@@ -24,8 +24,8 @@ it. The plays (router_workers' evicted_file) drop a worker they add or remove fr
 not put back a worker the plays took out (unless the run could not reach this host or write the note).
 A check that cannot tell (the Docker daemon, the router or the front did not answer in time, as on a starved host) is
 a doubt, not a failure: the host keeps its last verdict for up to DOUBTS checks in a row, then gives the address
-up. An address given up moves, and a client waiting on a connection to the old holder hears nothing more (its
-replies cannot leave a host that no longer holds the address): a passing stall must not move it.
+up. An address given up moves, and a client waiting on a connection to the old holder may hear nothing until its
+own timeout (its replies cannot leave a host that no longer holds the address): a passing stall must not move it.
 With `backup` or `fault` (keepalived's notify_backup and notify_fault), and `master`: the state is logged.
 Standard library only; what it did goes to check.log in the state folder (each verdict that changed, each doubt,
 each state keepalived entered), the system log (tag gpuserve-router-check) and standard error.
