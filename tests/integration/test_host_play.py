@@ -401,6 +401,7 @@ except OSError as e:
 
 
 SYSLOG_FILE = "/var/log/gpuserve-test-syslog"
+ADDRESS_LOG = "/var/log/gpuserve-test-addresses"  # `ip -ts monitor address`: each IPv4 address added or deleted
 SYSLOG_READER = """import os, socket, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 s.bind("/dev/log")
@@ -450,16 +451,19 @@ class Routers(object):
 
     def capture_syslog(self, host=None):
         """A system log for keepalived's own lines in each router host (TEST PLUMBING: the hosts run no syslog
-        daemon, and keepalived logs there only): /dev/log read into SYSLOG_FILE, until the host stops."""
+        daemon, and keepalived logs there only): /dev/log read into SYSLOG_FILE, and the addresses added and deleted
+        into ADDRESS_LOG (what took the address away, when keepalived reacts to a deletion), until the host stops."""
         for h in [host] if host else self.hosts:
-            sh(self.docker_host, h, "rm -f /dev/log; nohup python3 -c %s >/dev/null 2>&1 &" % shlex.quote(SYSLOG_READER))
+            sh(self.docker_host, h, "rm -f /dev/log; nohup python3 -c %s >/dev/null 2>&1 & nohup ip -ts -4 monitor "
+               "address >> %s 2>&1 </dev/null &" % (shlex.quote(SYSLOG_READER), ADDRESS_LOG))
 
     def log(self):
         """{router host: the lines of its keepalived check's log (check.log: each verdict that changed, each check
         that could not tell, each state keepalived entered), then keepalived's own (the system log)}; [] for a host
         that is down."""
         return dict((h, sh(self.docker_host, h, "cat /var/lib/gpuserve/router/check.log 2>/dev/null; grep -a "
-                           "Keepalived %s 2>/dev/null | sed 's/^/syslog: /'" % SYSLOG_FILE).stdout.splitlines())
+                           "Keepalived %s 2>/dev/null | sed 's/^/syslog: /'; grep -v valid_lft %s 2>/dev/null | sed 's/^/address: /'" % (
+                               SYSLOG_FILE, ADDRESS_LOG)).stdout.splitlines())
                     for h in self.hosts)
 
     def since(self, before):
