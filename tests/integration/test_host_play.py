@@ -408,7 +408,8 @@ s.bind("/dev/log")
 os.chmod("/dev/log", 0o666)
 with open("%s", "ab", 0) as f:
     while True:
-        f.write(time.strftime("%%H:%%M:%%S ").encode() + s.recv(65536).rstrip(b"\\0\\n") + b"\\n")
+        data = s.recv(65536)
+        f.write(time.strftime("%%H:%%M:%%S ").encode() + data.rstrip(b"\\0\\n") + b"\\n")
 """ % SYSLOG_FILE
 
 
