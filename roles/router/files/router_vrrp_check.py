@@ -362,13 +362,15 @@ def check(config):
     record_path = os.path.join(state, "workers.json")
     recorded = read_json(record_path, None)
     replacing = bool(recorded) and "replacing" in recorded  # the plays are starting a new router container
+    since = {}  # each container asked once a check
     for name in config["containers"]:
         if replacing and name == config["router"]:
             continue  # the plays' to start
-        if running_since(config, name) is None:
+        since[name] = running_since(config, name)
+        if since[name] is None:
             say("%s was not running: started again (%s)" % (name, start(config, name)))
             return 1, "%s was not running" % name
-    started = running_since(config, config["router"])
+    started = since[config["router"]] if config["router"] in since else running_since(config, config["router"])
     if started is None:
         return 1, "no router container runs (the plays are starting one)"
     if replacing:
