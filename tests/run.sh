@@ -67,7 +67,11 @@ together() {
 RESULTS=.work/test-results
 INPUTS=""
 
-inputs_key() {  # one key for the inputs above; empty outside a git checkout (no cache then)
+# The checks (lint, sanity, unit tests) read the tree and the virtualenvs only: `inputs_key checks` leaves the
+# test-host image, the roots and the daemon out, so they start before those are made (at a lower priority, on the
+# cores the roots' debootstrap leaves idle). Each phase is recorded under the key it was looked up with (KEY_OF).
+declare -A KEY_OF=()
+inputs_key() {  # inputs_key [checks]: one key for the inputs above; empty outside a git checkout (no cache then)
   local index
   [[ ${GPUSERVE_TEST_FRESH:-0} == 1 ]] && { echo "GPUSERVE_TEST_FRESH=1: every check runs"; return 0; }
   git rev-parse --git-dir >/dev/null 2>&1 || { echo "not a git checkout: every check runs"; return 0; }
@@ -75,25 +79,27 @@ inputs_key() {  # one key for the inputs above; empty outside a git checkout (no
   cp "$(git rev-parse --git-path index)" "$index"  # a copy: the files unchanged since are not read again
   INPUTS=$({ GIT_INDEX_FILE=$index git add -A . && GIT_INDEX_FILE=$index git write-tree
              cat .venv/.stamp .venv-latest/.stamp 2>/dev/null
-             echo "${GPUSERVE_TESTHOST_IMAGE:-}"; llamacpp_roots
-             dockerd --version; uname -r; } | sha256sum | cut -c1-16)
+             [[ ${1:-} == checks ]] || { echo "${GPUSERVE_TESTHOST_IMAGE:-}"; llamacpp_roots; dockerd --version; }
+             uname -r; } | sha256sum | cut -c1-16)
   rm -f "$index"
   mkdir -p "$RESULTS"
-  echo "inputs $INPUTS"
+  echo "inputs${1:+ of the $1} $INPUTS"
 }
 
-record_file() {  # record_file NAME: where NAME's pass on these inputs is recorded
-  echo "$RESULTS/$(printf '%s %s' "$INPUTS" "$1" | sha256sum | cut -c1-16)"
+record_file() {  # record_file NAME [KEY]: where NAME's pass on these inputs is recorded
+  echo "$RESULTS/$(printf '%s %s' "${2:-$INPUTS}" "$1" | sha256sum | cut -c1-16)"
 }
 
-record_pass() {  # record_pass NAME SECONDS
-  [[ -n $INPUTS ]] || return 0
-  printf 'passed %s in %ss\n' "$(date -u +%Y-%m-%dT%H:%MZ)" "$2" > "$(record_file "$1")"
+record_pass() {  # record_pass NAME SECONDS: under the key NAME was looked up with
+  local key=${KEY_OF[$1]:-$INPUTS}
+  [[ -n $key ]] || return 0
+  printf 'passed %s in %ss\n' "$(date -u +%Y-%m-%dT%H:%MZ)" "$2" > "$(record_file "$1" "$key")"
 }
 
 cached() {  # cached NAME: true, with NAME's summary line, when it passed on these inputs
   local record before
   [[ -n $INPUTS ]] || return 1
+  KEY_OF[$1]=$INPUTS
   record=$(record_file "$1")
   [[ -f $record ]] || return 1
   before=$(cat "$record")
@@ -313,6 +319,22 @@ together "venv .venv ($("$PY311" -V 2>&1), ansible-core 2.19)" \
 GPUSERVE_TESTHOST_IMAGE=$(cat "$TESTHOST_TAG")
 export GPUSERVE_TESTHOST_IMAGE
 rm -f "$TESTHOST_TAG"
+# The checks, one after the other and at a lower priority: they fill the cores the roots' debootstrap and the
+# playbook tests leave idle while their hosts and engines wait, rather than holding both cores, and give way to
+# the tests' engines (timed: health gates, the drain).
+lane_lint() {
+  in_venv ansible-lint -q && tests/testbed/package.sh .venv && tests/testbed/sanity.sh .venv
+}
+if [[ ${GPUSERVE_TEST_SETUP_ONLY:-0} != 1 ]]; then
+  inputs_key checks
+  queue_background checks "ansible-lint, collection build and install, ansible-test sanity 2.19, beside" lane_lint
+  queue_background checks "pytest unit, ansible-core 2.19, beside" run_pytest .venv tests/unit
+  if [[ -n $PY312 ]]; then
+    queue_background checks "ansible-test sanity, newest ansible-core, beside" tests/testbed/sanity.sh .venv-latest
+    queue_background checks "pytest unit, newest ansible-core, beside" run_pytest .venv-latest tests/unit
+  fi
+  start_background checks 10
+fi
 phase "test wheelhouse (requirements-host.txt + NVML double)" tests/testbed/wheelhouse.sh .venv/bin/python
 together "llama.cpp root (debootstrap from Debian's packages, kept by version)" \
     debian_root llama.cpp llama.cpp-tools image_debian_packages roles/image/defaults/main.yml \
@@ -357,19 +379,6 @@ done
 queue_background molecule "pytest playbooks (${#PLAYBOOKS_BESIDE[@]} files), $PLAYBOOK_CORE, beside" \
   task_timed beside run_pytest "$PLAYBOOK_VENV" --durations=10 "${PLAYBOOKS_BESIDE[@]}"
 start_background molecule
-# The checks, one after the other and at a lower priority: they fill the cores the playbook tests
-# leave idle while their hosts and engines wait, rather than holding both cores before the
-# playbook tests start, and give way to the tests' engines (timed: health gates, the drain).
-lane_lint() {
-  in_venv ansible-lint -q && tests/testbed/package.sh .venv && tests/testbed/sanity.sh .venv
-}
-queue_background checks "ansible-lint, collection build and install, ansible-test sanity 2.19, beside" lane_lint
-queue_background checks "pytest unit, ansible-core 2.19, beside" run_pytest .venv tests/unit
-if [[ -n $PY312 ]]; then
-  queue_background checks "ansible-test sanity, newest ansible-core, beside" tests/testbed/sanity.sh .venv-latest
-  queue_background checks "pytest unit, newest ansible-core, beside" run_pytest .venv-latest tests/unit
-fi
-start_background checks 10
 FOREGROUND=(tests/integration)
 for f in "${PLAYBOOKS_BESIDE[@]}"; do FOREGROUND+=("--ignore=$f"); done
 # Every stream is waited for and printed, a failed one or not; the first failure's rc is the run's.
