@@ -145,7 +145,7 @@ def test_keepalived_holds_the_address_by_unicast_vrrp_and_never_takes_it_back():
     assert re.search(r"unicast_src_ip 10\.0\.0\.5\n\s+unicast_peer \{\n\s+10\.0\.0\.6\n\s+10\.0\.0\.7\n\s+\}", conf), conf
     assert "10.0.0.100/32 dev eth0" in conf and "interface eth0" in conf and "priority 150" in conf
     assert "advert_int 0.3" in conf and "virtual_router_id 51" in conf
-    assert 'script "/usr/bin/python3 /var/lib/gpuserve/router/router_vrrp_check.py /var/lib/gpuserve/router/check.json"' \
+    assert 'script "/usr/bin/python3 -I -S /var/lib/gpuserve/router/router_vrrp_check.py /var/lib/gpuserve/router/check.json"' \
         in conf
     assert re.search(r"interval 1\n\s+timeout \d+\n\s+fall 1\n\s+rise 1", conf)
     assert "track_script {\n    gpuserve_router\n  }" in conf
@@ -383,7 +383,7 @@ def free_port():
 def test_keepalived_takes_out_the_dead_workers_when_it_takes_the_address():
     conf = _keepalived()
     for event in ("master", "backup", "fault"):  # master: the dead workers out; each: the state in check.log
-        assert 'notify_%s "/usr/bin/python3 /var/lib/gpuserve/router/router_vrrp_check.py ' \
+        assert 'notify_%s "/usr/bin/python3 -I -S /var/lib/gpuserve/router/router_vrrp_check.py ' \
             '/var/lib/gpuserve/router/check.json %s"' % (event, event) in conf, conf
 
 

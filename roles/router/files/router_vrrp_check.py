@@ -32,20 +32,18 @@ each state keepalived entered), the system log (tag gpuserve-router-check) and s
 """
 import contextlib
 import fcntl
-import hashlib
-import hmac
 import http.client
 import json
 import os
 import socket
-import ssl
 import sys
 import syslog
-import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
+
+# keepalived starts this every second on each router host: what only some checks need (threads, TLS, the peers'
+# token) is imported where it is used, and http.client stands for urllib.request (which imports ssl, email and
+# more on every start).
 
 # A dead host takes no connection: the MASTER's notice asks only that, not /health (SGLang's takes >= 1 s).
 CONNECT_TIMEOUT = 0.5
@@ -138,10 +136,33 @@ def start(config, name):
     return "ok" if status in (204, 304) else "%d %s" % (status, (found or {}).get("message", ""))
 
 
+class HTTPStatusError(OSError):
+    """An answer other than 2xx (as urllib's HTTPError): its status in `code`."""
+
+    def __init__(self, url, code):
+        super().__init__("%s answered %d" % (url, code))
+        self.code = code
+
+
 def ask(url, method="GET", timeout=2, context=None, headers=None):
-    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None, headers=headers or {})
-    with urllib.request.urlopen(request, timeout=timeout, context=context) as r:
-        return r.status, r.read().decode()
+    """(status, text) of a 2xx answer; HTTPStatusError for another status, OSError when there is no answer."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout, context=context)
+    else:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        conn.request(method, (parts.path or "/") + ("?" + parts.query if parts.query else ""),
+                     body=b"" if method == "POST" else None, headers=headers or {})
+        answer = conn.getresponse()
+        text = answer.read().decode()
+    except http.client.HTTPException as e:
+        raise OSError("%s: %s" % (url, e or type(e).__name__)) from None
+    finally:
+        conn.close()
+    if not 200 <= answer.status < 300:
+        raise HTTPStatusError(url, answer.status)
+    return answer.status, text
 
 
 def workers(admin):
@@ -167,6 +188,7 @@ def connects(url):
 
 def at_once(urls, probe):
     """{url: probe(url)} for every url, asked at once (a dead host costs the timeout once, not once each)."""
+    import threading  # pylint: disable=import-outside-toplevel
     got = {}
     threads = [threading.Thread(target=lambda u=u: got.__setitem__(u, probe(u))) for u in urls]
     for t in threads:
@@ -243,16 +265,16 @@ def evict(config):
 
 def readmit(config, have):
     """The noted workers that answer again back into the router (if still noted: the plays may have dropped
-    one meanwhile); the note keeps the others. What the note holds after."""
+    one meanwhile); the note keeps the others. (What the note holds after, the workers put back.)"""
     admin, state = config["admin"], config["state_dir"]
     noted = read_json(os.path.join(state, "evicted.json"), [])
     waiting = [u for u in noted if u not in have]
     if not waiting:
-        return noted
+        return noted, []
     back = [u for u, ok in sorted(at_once(waiting, lambda u: connects(u) and healthy(u, HEALTH_TIMEOUT)).items())
             if ok]
     if not back:
-        return noted
+        return noted, []
     with noted_locked(state) as path:
         still = read_json(path, [])
         put = [u for u in back if u in still and post(admin, "/add_worker", u, 30)]
@@ -261,7 +283,7 @@ def readmit(config, have):
             write_json(path, left)
     if put:
         say("answering again, put back: %s" % ", ".join(put))
-    return left
+    return left, put
 
 
 def peers_workers(config):
@@ -278,6 +300,8 @@ def peers_workers(config):
     urls = [config["peer_url"].format("[%s]" % p if ":" in p else p) for p in peers]
     # the peers' token (front_auth.js's peer()), not the internal key: whoever answers at a peer's address
     # learns a token that reads the worker list, nothing more
+    import hashlib  # pylint: disable=import-outside-toplevel
+    import hmac  # pylint: disable=import-outside-toplevel
     token = hmac.new(key.encode(), PEERS, hashlib.sha256).hexdigest()
 
     def listed(url):
@@ -389,8 +413,9 @@ def check(config):
         record = dict(recorded, started=started, workers=wanted)
     else:
         try:
-            noted = readmit(config, workers(config["admin"]))
-            record = {"started": started, "workers": sorted(set(workers(config["admin"])) | set(noted))}
+            have = workers(config["admin"])
+            noted, put = readmit(config, have)
+            record = {"started": started, "workers": sorted(set(have) | set(put) | set(noted))}
         except (OSError, ValueError, KeyError) as e:
             raise Doubt("the router's workers could not be read: %s" % e) from None
     # written unless the plays marked a replacement since it was read (their mark wins)
@@ -413,6 +438,7 @@ def tls_context(config):
     address asked here, is checked by the plays and preflight instead (None for plain HTTP)."""
     if not config["health"].startswith("https:"):
         return None
+    import ssl  # pylint: disable=import-outside-toplevel
     context = ssl.create_default_context(cafile=config["cafile"] or None)
     if not config["cafile"]:
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
@@ -425,7 +451,7 @@ def front_answers(config):
     try:
         status = ask(config["health"], context=tls_context(config))[0]
         return (0, None) if status == 200 else (1, "the front's /health answered %d" % status)
-    except urllib.error.HTTPError as e:
+    except HTTPStatusError as e:
         return 1, "the front's /health answered %d" % e.code
     except OSError as e:
         raise Doubt("the front's /health did not answer: %s" % e) from None
