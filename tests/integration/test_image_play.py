@@ -159,6 +159,21 @@ print(json.dumps(out))
 NO_BASE64, OTHER_PARAM, GOOD = "data:image/png,AAAA", "data:image/png;charset=utf-8,AAAA", "data:image/png;base64,AAAA"
 
 
+GEMV_CHECK = r"""
+import json, py_compile
+from importlib import metadata
+path = str(metadata.distribution("vllm").locate_file("vllm/model_executor/kernels/linear/scaled_mm/flashinfer.py"))
+py_compile.compile(path, cfile="/tmp/flashinfer.pyc", doraise=True)
+print(json.dumps(["if input.shape[0] == 1:\n        out = _gpuserve_gemv(" in open(path).read(), True]))
+"""
+
+
+def gemv_patched(docker_host, image):
+    """[whether the image's flashinfer.py has the one-token GEMV's dispatch, whether it compiled]."""
+    out = docker(docker_host, "run", "--rm", "--network", "none", image, "python3", "-c", GEMV_CHECK).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def data_urls(docker_host, image):
     out = docker(docker_host, "run", "--rm", "--network", "none", image, "python3", "-c", DATA_URL_CHECK,
                  NO_BASE64, OTHER_PARAM, GOOD).stdout
@@ -192,6 +207,8 @@ def test_a_pulled_vllm_gets_the_series_in_a_derived_image(fleet, vllm_pulled, do
         "version": VLLM_VERSION, NO_BASE64: ["ValueError", "not enough values to unpack (expected 2, got 1)"],
         OTHER_PARAM: ["NotImplementedError", "Only base64 data URLs are supported for now."],
         GOOD: ["loaded", "image/png", "AAAA"]}
+    # The one-token GEMV (0004, issue 37) in vLLM's own block-FP8 op, as Python that compiles; not in the pulled image.
+    assert gemv_patched(docker_host, derived) == [True, True] and gemv_patched(docker_host, ref) == [False, True]
     second = fleet.run("site.yml", "--tags", "image")
     assert second.rc == 0 and second.says("%s is sha256:" % derived) and second.says("(already here)"), second
     assert second.recap["gpu1"]["changed"] == 0, second
@@ -218,12 +235,12 @@ def test_a_series_that_does_not_fit_the_pulled_vllm_stops_before_any_container(f
     stale, other = tmp_path / "stale", tmp_path / "other-version"
     shutil.copytree(VLLM_PATCHES, str(stale))
     shutil.copytree(VLLM_PATCHES, str(other))
-    # A fourth patch whose context the installed connector.py does not have.
-    (stale / "0004-stale.patch").write_text(
+    # A patch after the series' own whose context the installed connector.py does not have.
+    (stale / "0005-stale.patch").write_text(
         "diff --git a/vllm/multimodal/media/connector.py b/vllm/multimodal/media/connector.py\n"
         "--- a/vllm/multimodal/media/connector.py\n+++ b/vllm/multimodal/media/connector.py\n"
         "@@ -300,3 +300,3 @@\n         url: str,\n-        media_io: NotThere,\n+        media_io: MediaIO,\n     ) -> _M:\n")
-    (stale / "series").write_text((stale / "series").read_text() + "0004-stale.patch\n")
+    (stale / "series").write_text((stale / "series").read_text() + "0005-stale.patch\n")
     (other / "series").write_text((other / "series").read_text().replace("# version: 0.26.0", "# version: 0.25.1"))
     fleet.host("gpu1", "rtxpro6000x4-healthy.json", llm_image=ref, image_patch_dir=str(stale),
                image_build_repo="gpuserve-test/vllm-stale")
@@ -231,7 +248,7 @@ def test_a_series_that_does_not_fit_the_pulled_vllm_stops_before_any_container(f
                image_build_repo="gpuserve-test/vllm-other")
     result = fleet.run("site.yml", "--tags", "image")
     assert result.rc == 2 and result.recap["gpu1"]["failed"] == 1 and result.recap["gpu2"]["failed"] == 1, result
-    assert result.says("E_PATCH [error] gpu1 0004-stale.patch: patch 0004-stale.patch (number 4 of the series) does "
+    assert result.says("E_PATCH [error] gpu1 0005-stale.patch: patch 0005-stale.patch (number 5 of the series) does "
                        "not apply to vllm/multimodal/media/connector.py: hunk 1 of 1 (@@ -300,3 +300,3 @@) matches no "
                        "lines of the installed file"), result
     assert result.says("Fix: Rebase the named patch"), result

@@ -11,6 +11,7 @@ from ansible_collections.gpuserve.llm.plugins.module_utils import bad_media, pro
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VLLM = os.path.join(ROOT, "patches", "vllm")
 DATA_URLS = "0003-malformed-data-urls-and-frameless-videos-are-client-errors.patch"
+SPLITK = "0004-splitk-gemv-one-token.patch"
 
 
 def read(name):
@@ -34,7 +35,7 @@ def test_the_series_names_each_patch_in_order_and_each_is_a_diff_of_vllms_files(
     series = patch_series(VLLM)
     names = [p["name"] for p in series["patches"]]
     assert names == ["0001-refuse-bottom-up-raw-avi.patch", "0002-decompression-bomb-is-a-client-error.patch",
-                     DATA_URLS]
+                     DATA_URLS, SPLITK]
     for name in names:
         with open(os.path.join(VLLM, name)) as f:
             text = f.read()
@@ -120,3 +121,40 @@ def test_a_video_with_no_frame_is_a_value_error_in_words():
     assert "+        if len(frames) == 0:\n+            raise ValueError(\"The video holds no frame that could be read.\")" \
         in text
     assert re.search(r"^\+        frames, metadata = self.video_loader.load_bytes\($", text, re.M)
+
+
+def test_the_splitk_gemv_takes_one_token_only_with_a_config_for_every_shape():
+    """0004 (issue 37): the GEMV only at one token, before flashinfer's swap-AB / DeepGEMM choice, with a way off;
+    the measured configs for GLM-4.6V-FP8's four linears and, for any other shape, one the kernel can run: a tile of
+    rows within one 128-row scale block, K steps of whole 128-column scale blocks, at most one split per K step."""
+    text = read(SPLITK)
+    assert re.findall(r"^diff --git a/(\S+) b/", text, re.M) == ["vllm/model_executor/kernels/linear/scaled_mm/flashinfer.py"]
+    dispatch = text.index("+    if input.shape[0] == 1:\n+        out = _gpuserve_gemv(")
+    assert dispatch < text.index(" condition = input.shape[0] < 32")
+    assert '+_GPUSERVE_GEMV_ON = os.environ.get("GPUSERVE_SPLITK_GEMV", "1") == "1"' in text
+
+    class Triton:  # the one helper the config rule uses
+        @staticmethod
+        def cdiv(a, b):
+            return -(-a // b)
+
+    def top_level(source):  # the first statement of `source`: up to the next line that starts at column 0
+        lines = source.splitlines()
+        end = next((i for i, line in enumerate(lines[1:], 1) if line[:1] not in ("", " ", "}")), len(lines))
+        return "\n".join(lines[:end])
+
+    ns = {"triton": Triton}
+    exec(top_level(added(SPLITK, "_GPUSERVE_GEMV_CONFIGS = {")) + "\n"
+         + top_level(added(SPLITK, "def _gpuserve_gemv_config(")), ns)
+    config = ns["_gpuserve_gemv_config"]
+    sms = 132  # an H200's
+    assert config(14336, 4096, sms) == (64, 512, 8, 1, "direct")  # qkv: 224 tiles fill the SMs unsplit
+    assert config(4096, 12288, sms)[3:] == (4, "counter")  # o_proj: 4 splits
+    assert config(2816, 4096, sms)[3] == config(4096, 1408, sms)[3] == 11  # the shared expert's two
+    for n, k in [(14336, 4096), (4096, 12288), (2816, 4096), (4096, 1408), (1024, 7168), (7168, 2048), (256, 384),
+                 (151552, 4096), (3000, 1000)]:
+        for count in (16, 132, 170):
+            bn, bk, warps, split, reduction = config(n, k, count)
+            blocks = -(-k // bk)
+            assert 128 % bn == 0 and bk % 128 == 0 and warps in (4, 8), (n, k, count)
+            assert 1 <= split <= blocks and (reduction == "direct") == (split == 1), (n, k, count)

@@ -1,6 +1,6 @@
 """The patch's kernel on a CPU with Triton's interpreter (TRITON_INTERPRET=1), before any device call.
 
-The kernel part of 0001-splitk-gemv-one-token.patch (its added lines from '# >>> gpuserve.llm' to
+The kernel part of patches/vllm/0004-splitk-gemv-one-token.patch (run as 0001-... from this folder; its added lines from '# >>> gpuserve.llm' to
 '# <<< gpuserve.llm kernel': the two Triton kernels, the config rule, the launcher, the workspace) is taken from the
 patch text itself, written to a module with the imports vLLM's file gives it, and run on small shapes: every
 reduction (direct, atomic + finish, counter), EVEN and masked loops (K not a multiple of BLOCK_K, N not a multiple of
@@ -22,7 +22,7 @@ import tempfile
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PATCH = os.path.join(HERE, "0001-splitk-gemv-one-token.patch")
+PATCH = os.path.join(HERE, "..", "..", "..", "patches", "vllm", "0004-splitk-gemv-one-token.patch")  # landed there
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
 QUANT = """
 

@@ -85,7 +85,10 @@ export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONUNBUFFERED=1 VLLM_DEEP_GEMM
 export PATH=$CUDA_HOME/bin:$PATH
 SITE=$VLLM_DEST/site
 TARGET=vllm/model_executor/kernels/linear/scaled_mm/flashinfer.py
-PATCH=0001-splitk-gemv-one-token.patch
+# Landed as patches/vllm/0004-splitk-gemv-one-token.patch (the same bytes, sha256 828d9551c40d4581...); the calls
+# below ran it from this folder as 0001-splitk-gemv-one-token.patch.
+PATCH_DIR=${PATCH_DIR:-$HERE/../../../patches/vllm}
+PATCH=${PATCH:-0004-splitk-gemv-one-token.patch}
 
 until_deadline() { echo $(( $(cat "$WORK/deadline") - $(date +%s) )); }
 
@@ -118,7 +121,7 @@ bench() {  # NAME NEED LIMIT: one server start of bench mode recipe-no-mtp, its 
 
 patch_on() {  # the image stage's applier on the unpacked bundle
   (cd /root && PYTHONPATH=$SITE python3 /root/repo/roles/image/files/apply_series.py --package vllm --version 0.26.0 \
-    --dir "$HERE" "$PATCH") > "$WORK/out/apply-series-$1.log" 2>&1
+    --dir "$PATCH_DIR" "$PATCH") > "$WORK/out/apply-series-$1.log" 2>&1
   echo "== $(date -u +%T) apply_series rc=$? ($(tr '\n' ' ' < "$WORK/out/apply-series-$1.log" | cut -c1-300));" \
     "$TARGET sha256 $(sha256sum "$SITE/$TARGET" | cut -c1-16)"
 }
