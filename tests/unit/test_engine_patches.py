@@ -19,6 +19,13 @@ def read(name):
         return f.read()
 
 
+def top_level(source):
+    """The first statement of `source`: up to the next line that starts at column 0."""
+    lines = source.splitlines()
+    end = next((i for i, line in enumerate(lines[1:], 1) if line[:1] not in ("", " ", "}", ")")), len(lines))
+    return "\n".join(lines[:end])
+
+
 def added(name, starting):
     """The run of lines a patch adds from the one starting with `starting`, as source text."""
     lines = read(name).splitlines()
@@ -131,17 +138,12 @@ def test_the_splitk_gemv_takes_one_token_only_with_a_config_for_every_shape():
     assert re.findall(r"^diff --git a/(\S+) b/", text, re.M) == ["vllm/model_executor/kernels/linear/scaled_mm/flashinfer.py"]
     dispatch = text.index("+    if input.shape[0] == 1:\n+        out = _gpuserve_gemv(")
     assert dispatch < text.index(" condition = input.shape[0] < 32")
-    assert '+_GPUSERVE_GEMV_ON = os.environ.get("GPUSERVE_SPLITK_GEMV", "1") == "1"' in text
+    assert '+_GPUSERVE_GEMV_MODE = os.environ.get("GPUSERVE_SPLITK_GEMV", "1")' in text
 
     class Triton:  # the one helper the config rule uses
         @staticmethod
         def cdiv(a, b):
             return -(-a // b)
-
-    def top_level(source):  # the first statement of `source`: up to the next line that starts at column 0
-        lines = source.splitlines()
-        end = next((i for i, line in enumerate(lines[1:], 1) if line[:1] not in ("", " ", "}")), len(lines))
-        return "\n".join(lines[:end])
 
     ns = {"triton": Triton}
     exec(top_level(added(SPLITK, "_GPUSERVE_GEMV_CONFIGS = {")) + "\n"
@@ -158,3 +160,56 @@ def test_the_splitk_gemv_takes_one_token_only_with_a_config_for_every_shape():
             blocks = -(-k // bk)
             assert 128 % bn == 0 and bk % 128 == 0 and warps in (4, 8), (n, k, count)
             assert 1 <= split <= blocks and (reduction == "direct") == (split == 1), (n, k, count)
+
+
+def test_the_splitk_gemv_takes_only_the_shapes_measured_to_pay_and_the_formats_it_reads():
+    """0004's guard (its reasons, run from the patch text over stand-ins of torch's tensors): the four measured
+    shapes go to the GEMV; any other shape keeps vLLM's kernel unless GPUSERVE_SPLITK_GEMV=any, and =0 turns it off;
+    a scale or input of another format keeps vLLM's kernel whatever the shape."""
+    class Torch:  # dtypes as sentinels
+        bfloat16, float16, float32, float8_e4m3fn = "bf16", "fp16", "fp32", "fp8"
+
+    class Tensor:
+        def __init__(self, shape, dtype):  # 2-D, contiguous
+            self.shape, self.dtype, self.strides = shape, dtype, (shape[1], 1)
+
+        def dim(self):
+            return len(self.shape)
+
+        def stride(self, axis=None):
+            return self.strides if axis is None else self.strides[axis]
+
+    class Triton:
+        @staticmethod
+        def cdiv(a, b):
+            return -(-a // b)
+
+    class Envs:
+        VLLM_BATCH_INVARIANT = False
+
+    def reasons(mode):
+        ns = {"torch": Torch, "triton": Triton, "envs": Envs, "_GPUSERVE_OFF_SHAPES": {}}
+        source = "\n".join([
+            top_level(added(SPLITK, "_GPUSERVE_GEMV_CONFIGS = {")),
+            '_GPUSERVE_GEMV_MODE = "%s"' % mode,
+            top_level(added(SPLITK, "_GPUSERVE_GEMV_ON = ")),
+            top_level(added(SPLITK, "_GPUSERVE_GEMV_ANY_SHAPE = ")),
+            top_level(added(SPLITK, "def _gpuserve_gemv_reason("))])
+        exec(source, ns)  # pylint: disable=exec-used
+
+        def reason(n, k, x_dtype=Torch.bfloat16, scale_dtype=Torch.float32, group=128):
+            weight = Tensor((n, k), Torch.float8_e4m3fn)
+            scale = Tensor((-(-n // 128), -(-k // 128)), scale_dtype)
+            return ns["_gpuserve_gemv_reason"](Tensor((1, k), x_dtype), weight, scale, group, True)
+        return reason
+
+    measured = [(14336, 4096), (4096, 12288), (2816, 4096), (4096, 1408)]
+    other = [(3584, 4096), (4096, 3072), (1408, 4096)]  # GLM-4.6V-FP8's at tensor parallel 2 and 4: not measured
+    on, anyshape, off = reasons("1"), reasons("any"), reasons("0")
+    assert [on(n, k) for n, k in measured] == [None] * 4
+    assert all(on(n, k).startswith("no config measured") for n, k in other), [on(n, k) for n, k in other]
+    assert [anyshape(n, k) for n, k in measured + other] == [None] * 7
+    assert {off(n, k) for n, k in measured + other} == {"GPUSERVE_SPLITK_GEMV=0"}
+    assert anyshape(4096, 352) == "shape 4096x352"  # K not whole 128-column blocks (the down projection at TP 4)
+    assert on(4096, 12288, scale_dtype="ue8m0").startswith("weight scale")  # Blackwell's packed scales
+    assert on(4096, 12288, x_dtype=Torch.float16).startswith("input") and on(4096, 12288, group=64) == "group size 64"
