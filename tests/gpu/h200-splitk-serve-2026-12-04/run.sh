@@ -86,9 +86,9 @@ export PATH=$CUDA_HOME/bin:$PATH
 SITE=$VLLM_DEST/site
 TARGET=vllm/model_executor/kernels/linear/scaled_mm/flashinfer.py
 # Landed as patches/vllm/0004-splitk-gemv-one-token.patch; the calls below ran it from this folder as
-# 0001-splitk-gemv-one-token.patch (sha256 828d9551c40d4581..., flashinfer.py 9fa2c2024c131031 patched). One change
-# since: a shape without a measured config keeps vLLM's kernel (GPUSERVE_SPLITK_GEMV=any: the rule); the four served
-# shapes take the same path.
+# 0001-splitk-gemv-one-token.patch (sha256 828d9551c40d4581..., flashinfer.py 9fa2c2024c131031 patched). Changed
+# since: a shape without a measured config keeps vLLM's kernel (GPUSERVE_SPLITK_GEMV=any: the rule), and the guard's
+# unused e8m0 argument is gone; the four served shapes take the same path.
 PATCH_DIR=${PATCH_DIR:-$HERE/../../../patches/vllm}
 PATCH=${PATCH:-0004-splitk-gemv-one-token.patch}
 
