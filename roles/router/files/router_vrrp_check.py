@@ -98,21 +98,27 @@ class DockerConnection(http.client.HTTPConnection):
         return None
 
 
+def exchange(conn, method, path, headers=None):
+    """(status, body) of one request on `conn`, closed after (a POST sends an empty body); raises what http.client
+    raises."""
+    try:
+        conn.request(method, path, body=b"" if method == "POST" else None, headers=headers or {})
+        answer = conn.getresponse()
+        return answer.status, answer.read()
+    finally:
+        conn.close()
+
+
 def docker(config, method, path, timeout=10):
     """(status, the answer's JSON or None) of one call to the Docker daemon's API; Doubt when it does not answer.
     The API, not the CLI: a Go binary started three times a second on each router host costs a core-minute in ten."""
     address = config.get("docker") or "unix:///var/run/docker.sock"
-    conn = DockerConnection(address, timeout)
     try:
-        conn.request(method, path, headers={"Content-Length": "0"} if method == "POST" else {})
-        answer = conn.getresponse()
-        body = answer.read()
-        return answer.status, json.loads(body) if body.strip() else None
+        status, body = exchange(DockerConnection(address, timeout), method, path)
+        return status, json.loads(body) if body.strip() else None
     except (OSError, http.client.HTTPException, ValueError) as e:
         raise Doubt("the Docker daemon (%s) did not answer %s %s: %s" % (address, method, path, e or type(e).__name__)) \
             from None
-    finally:
-        conn.close()
 
 
 def running_since(config, name):
@@ -152,17 +158,12 @@ def ask(url, method="GET", timeout=2, context=None, headers=None):
     else:
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
-        conn.request(method, (parts.path or "/") + ("?" + parts.query if parts.query else ""),
-                     body=b"" if method == "POST" else None, headers=headers or {})
-        answer = conn.getresponse()
-        text = answer.read().decode()
+        status, body = exchange(conn, method, (parts.path or "/") + ("?" + parts.query if parts.query else ""), headers)
     except http.client.HTTPException as e:
         raise OSError("%s: %s" % (url, e or type(e).__name__)) from None
-    finally:
-        conn.close()
-    if not 200 <= answer.status < 300:
-        raise HTTPStatusError(url, answer.status)
-    return answer.status, text
+    if not 200 <= status < 300:
+        raise HTTPStatusError(url, status)
+    return status, body.decode()
 
 
 def workers(admin):
