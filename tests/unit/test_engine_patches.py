@@ -26,6 +26,12 @@ def top_level(source):
     return "\n".join(lines[:end])
 
 
+class Triton:  # stand-in for the one helper of triton's that the patch's Python around the kernels uses
+    @staticmethod
+    def cdiv(a, b):
+        return -(-a // b)
+
+
 def added(name, starting):
     """The run of lines a patch adds from the one starting with `starting`, as source text."""
     lines = read(name).splitlines()
@@ -140,11 +146,6 @@ def test_the_splitk_gemv_takes_one_token_only_with_a_config_for_every_shape():
     assert dispatch < text.index(" condition = input.shape[0] < 32")
     assert '+_GPUSERVE_GEMV_MODE = os.environ.get("GPUSERVE_SPLITK_GEMV", "1")' in text
 
-    class Triton:  # the one helper the config rule uses
-        @staticmethod
-        def cdiv(a, b):
-            return -(-a // b)
-
     ns = {"triton": Triton}
     exec(top_level(added(SPLITK, "_GPUSERVE_GEMV_CONFIGS = {")) + "\n"
          + top_level(added(SPLITK, "def _gpuserve_gemv_config(")), ns)
@@ -157,7 +158,7 @@ def test_the_splitk_gemv_takes_one_token_only_with_a_config_for_every_shape():
                  (151552, 4096), (3000, 1000)]:
         for count in (16, 132, 170):
             bn, bk, warps, split, reduction = config(n, k, count)
-            blocks = -(-k // bk)
+            blocks = Triton.cdiv(k, bk)
             assert 128 % bn == 0 and bk % 128 == 0 and warps in (4, 8), (n, k, count)
             assert 1 <= split <= blocks and (reduction == "direct") == (split == 1), (n, k, count)
 
@@ -179,11 +180,6 @@ def test_the_splitk_gemv_takes_only_the_shapes_measured_to_pay_and_the_formats_i
         def stride(self, axis=None):
             return self.strides if axis is None else self.strides[axis]
 
-    class Triton:
-        @staticmethod
-        def cdiv(a, b):
-            return -(-a // b)
-
     class Envs:
         VLLM_BATCH_INVARIANT = False
 
@@ -199,8 +195,8 @@ def test_the_splitk_gemv_takes_only_the_shapes_measured_to_pay_and_the_formats_i
 
         def reason(n, k, x_dtype=Torch.bfloat16, scale_dtype=Torch.float32, group=128):
             weight = Tensor((n, k), Torch.float8_e4m3fn)
-            scale = Tensor((-(-n // 128), -(-k // 128)), scale_dtype)
-            return ns["_gpuserve_gemv_reason"](Tensor((1, k), x_dtype), weight, scale, group, True)
+            scale = Tensor((Triton.cdiv(n, 128), Triton.cdiv(k, 128)), scale_dtype)
+            return ns["_gpuserve_gemv_reason"](Tensor((1, k), x_dtype), weight, scale, group)
         return reason
 
     measured = [(14336, 4096), (4096, 12288), (2816, 4096), (4096, 1408)]
