@@ -653,8 +653,10 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         router_port=ROUTER_PORT, router_admin_port=ROUTER_ADMIN,
         router_metrics_port=ROUTER_METRICS, router_policy="round_robin", router_health_check_interval_secs=2,
         router_cache_dir=os.environ.get("GPUSERVE_TEST_IMAGE_CACHE", str(tmp_path / "images")),
-        # One core a CPU engine: the load below leaves the other core to Ansible.
-        service_threads=1, service_warm_concurrency=[], service_warm_prompt_tokens=0, llm_max_tokens=2048,
+        # One thread a CPU engine, and a quarter of a core (service_cpus): under the streams below an engine
+        # would take a whole core of the two while it generates (~1,000 tokens/s of this model), leaving Ansible
+        # one; held to 0.25 it still streams ~250 tokens/s, every stream still in flight when a host leaves.
+        service_threads=1, service_cpus=0.25, service_warm_concurrency=[], service_warm_prompt_tokens=0, llm_max_tokens=2048,
         # verify and bench kept short: each host once, then the fleet endpoint (the router picks the hosts)
         verify_checks=["concurrent_solo"], verify_fleet_checks=["concurrent_solo", "tool_calls", "json_response_format"],
         verify_exact_prompts=3, verify_tool_calls=4, verify_json_response_format=4, verify_progress_interval=5,
@@ -748,11 +750,13 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert reached == ["refused", "unreachable"] * 3 + ["refused"] * 4 + [200, 401, 404, 400, 200, 200, "unreachable",
                                                                           404, 404], list(zip(asks, reached))
     print("from another machine on the lan: %s" % list(zip([a[1:5] for a in asks], reached)))
-    # Each engine runs on its host's own daemon through the nvidia runtime the host stage registered.
+    # Each engine runs on its host's own daemon through the nvidia runtime the host stage registered, held to a
+    # quarter of a core (service_cpus).
     for name in engines:
         engine = json.loads(sh(docker_host, name, "docker inspect $(docker ps -q --filter label=gpuserve.llm.service)")
                             .stdout)[0]
         assert engine["State"]["Running"] and engine["HostConfig"]["Runtime"] == "nvidia", (name, engine["HostConfig"])
+        assert engine["HostConfig"]["NanoCpus"] == 250_000_000, (name, engine["HostConfig"]["NanoCpus"])
     live_s = time.monotonic() - started
 
     # A data-root move under a container the collection does not own is refused before daemon.json changes.
