@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=$SECONDS
 PHASES=()
+# numpy's BLAS one thread a process (the burn-in weights' unit tests, the modules that write them on local test
+# hosts): its extra threads spin while they wait, on the two cores the other streams need (test_dummy_hf_weights:
+# 27.5 s of CPU with a thread a core, 18.0 s with one).
+export OPENBLAS_NUM_THREADS=1
 
 ended() {  # ended NAME SECONDS RC: the phase's line for the summary; its pass recorded
   PHASES+=("$(printf '%-52s %4ss  %s' "$1" "$2" "$([[ $3 == 0 ]] && echo ok || echo "FAILED (rc $3)")")")
