@@ -6,6 +6,7 @@ import hmac
 import json
 import os
 import re
+import time
 
 import pytest
 import yaml
@@ -160,7 +161,8 @@ CHECK = os.path.join(ROOT, "roles", "router", "files", "router_vrrp_check.py")
 class FakeDocker(object):
     """The Docker daemon's API on a unix socket (test plumbing), for the containers named in `state`: a file per
     container ('running <started>' or 'stopped'; none: 404), POST .../start marks it running (and logs it to
-    started.log); with state/daemon-down the connection is closed unanswered."""
+    started.log), after the seconds in state/slow-start where it exists; with state/daemon-down the connection is
+    closed unanswered."""
 
     def __init__(self, state):
         import http.server
@@ -198,6 +200,8 @@ class FakeDocker(object):
                 path = self._container()
                 if path is None or not path.exists():
                     return self._answer(404, {"message": "No such container"})
+                if (state / "slow-start").exists():  # a busy host's start: seconds
+                    time.sleep(float((state / "slow-start").read_text()))
                 path.write_text("running started-by-check\n")
                 with open(state / "started.log", "a") as log:
                     log.write(path.name + "\n")
@@ -322,9 +326,18 @@ def test_a_killed_router_is_started_again_and_given_back_its_live_workers_before
     router.workers = [w1, w2, w3]
     assert check(state)[0] == 0  # recorded: w1, w2 and w3 (w3's engine has since stopped answering)
     (state / "gpuserve-router").write_text("stopped\n")  # docker kill: no restart policy brings it back
+    (state / "slow-start").write_text("2")
+    asked = time.monotonic()
     code, said = check(state)
-    assert code == 1 and "gpuserve-router was not running: started again (ok)" in said
-    assert (state / "started.log").read_text().split() == ["gpuserve-router"]
+    took = time.monotonic() - asked
+    # The address given up at once: the verdict does not wait on the start (2 s here), which goes on in a child
+    assert code == 1 and "gpuserve-router was not running: starting it again" in said and took < 1.5, (took, said)
+    code, said = check(state)  # the start under way: not a second one
+    assert code == 1 and "gpuserve-router was not running: a start is already under way" in said, said
+    started_log = started(state)
+    assert started_log == ["gpuserve-router"], started_log
+    assert "gpuserve-router started again (ok)" in (state / "check.log").read_text()
+    (state / "slow-start").unlink()
     router.workers = [router.url + "/old/"]  # what it was started with: the workers of its first start
     code, said = check(state)  # its container started again since the record: the workers put back first
     assert code == 1 and "workers restored" in said, said
@@ -339,8 +352,26 @@ def test_a_front_that_stopped_is_started_again_and_the_address_given_up_meanwhil
     state, router = host
     (state / "gpuserve-router-front").write_text("stopped\n")
     code, said = check(state)
-    assert code == 1 and "gpuserve-router-front was not running: started again" in said
+    assert code == 1 and "gpuserve-router-front was not running: starting it again" in said
+    assert started(state) == ["gpuserve-router-front"]
     assert check(state)[0] == 0
+
+
+def started(state, timeout=10):
+    """The containers the check's child started (started.log), once a start has ended and no lock is held."""
+    import fcntl
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (state / "started.log").exists() and (state / "start.lock").exists():
+            with open(state / "start.lock") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    time.sleep(0.05)
+                    continue
+            return (state / "started.log").read_text().split()
+        time.sleep(0.05)
+    return None
 
 
 def test_a_check_that_cannot_tell_keeps_the_verdict_two_times_and_gives_the_address_up_the_third(host):
@@ -362,14 +393,18 @@ def test_a_check_that_cannot_tell_keeps_the_verdict_two_times_and_gives_the_addr
     assert check(state)[0] == 0 and not (state / "started.log").exists()
     (state / "gpuserve-router").write_text("stopped\n")  # an answer, not a doubt: given up at once
     assert check(state)[0] == 1
+    assert started(state) == ["gpuserve-router"]
     log = (state / "check.log").read_text()
     assert re.search(r"^\d{4}-\d\d-\d\dT[\d:.]+Z may hold the address: its front answers$", log, re.M), log
     assert "could not tell (1 of 3 in a row), keeps its verdict 0: the front's /health did not answer:" in log
     assert "gives the address up: 3 checks in a row could not tell (the last: the front's /health did not" in log
     assert re.search(r"could not tell \(2 of 3 in a row\), keeps its verdict 0: the Docker daemon \(unix://\S+/docker"
                      r"\.sock\) did not answer GET /containers/gpuserve-router/json: ", log), log
-    assert log.count("gives the address up") == 2 and log.rstrip().endswith(
-        "gives the address up: gpuserve-router was not running"), log
+    # the last three lines without their time stamps, in any order (the start's child writes beside the check)
+    said_last = sorted(line.split(" ", 1)[1] for line in log.rstrip().split("\n")[-3:])
+    assert log.count("gives the address up") == 2 and said_last == [
+        "gives the address up: gpuserve-router was not running", "gpuserve-router started again (ok)",
+        "gpuserve-router was not running: starting it again"], log
     assert check(state, "backup") == (0, "gpuserve router check: keepalived: this host is BACKUP now\n")
 
 
