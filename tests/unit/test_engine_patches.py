@@ -146,7 +146,7 @@ def test_the_splitk_gemv_takes_one_token_only_with_a_config_for_every_shape():
     assert dispatch < text.index(" condition = input.shape[0] < 32")
     assert '+_GPUSERVE_GEMV_MODE = os.environ.get("GPUSERVE_SPLITK_GEMV", "1")' in text
 
-    ns = {"triton": Triton}
+    ns = {"triton": Triton, "_GPUSERVE_TUNED": {}}
     exec(top_level(added(SPLITK, "_GPUSERVE_GEMV_CONFIGS = {")) + "\n"
          + top_level(added(SPLITK, "def _gpuserve_gemv_config(")), ns)
     config = ns["_gpuserve_gemv_config"]
@@ -184,7 +184,8 @@ def test_the_splitk_gemv_takes_only_the_shapes_measured_to_pay_and_the_formats_i
         VLLM_BATCH_INVARIANT = False
 
     def reasons(mode):
-        ns = {"torch": Torch, "triton": Triton, "envs": Envs, "_GPUSERVE_OFF_SHAPES": {}}
+        ns = {"torch": Torch, "triton": Triton, "envs": Envs, "_GPUSERVE_OFF_SHAPES": {}, "_GPUSERVE_TUNED": {},
+              "_GPUSERVE_GEMV_FILE": ""}
         source = "\n".join([
             top_level(added(SPLITK, "_GPUSERVE_GEMV_CONFIGS = {")),
             '_GPUSERVE_GEMV_MODE = "%s"' % mode,
@@ -209,3 +210,90 @@ def test_the_splitk_gemv_takes_only_the_shapes_measured_to_pay_and_the_formats_i
     assert anyshape(4096, 352) == "shape 4096x352"  # K not whole 128-column blocks (the down projection at TP 4)
     assert on(4096, 12288, scale_dtype="ue8m0").startswith("weight scale")  # Blackwell's packed scales
     assert on(4096, 12288, x_dtype=Torch.float16).startswith("input") and on(4096, 12288, group=64) == "group size 64"
+
+
+def test_a_tuned_table_replaces_the_built_in_configs_on_the_gpu_model_it_was_made_on_only(tmp_path):
+    """0004 with GPUSERVE_GEMV_CONFIGS (the autotune stage's gemv.json), run from the patch text: read once, at the
+    first layer's load; its configs win over the built-in ones, a shape it lists without one keeps vLLM's kernel, a
+    shape only it measured takes the GEMV; a table made on another GPU model, or with a config the kernel cannot
+    run, is not used and the built-in configs are, each said in the log."""
+    import json
+
+    class Cuda:
+        name = "NVIDIA H200"
+
+        @classmethod
+        def get_device_name(cls, _device):
+            return cls.name
+
+    class Torch:
+        bfloat16, float32, float8_e4m3fn = "bf16", "fp32", "fp8"
+        cuda = Cuda
+
+    class Tensor:
+        def __init__(self, shape, dtype):
+            self.shape, self.dtype, self.strides = shape, dtype, (shape[1], 1)
+
+        def dim(self):
+            return len(self.shape)
+
+        def stride(self, axis=None):
+            return self.strides if axis is None else self.strides[axis]
+
+    class Envs:
+        VLLM_BATCH_INVARIANT = False
+
+    class Logger:
+        def __init__(self):
+            self.said = []
+
+        def info(self, text, *args):
+            self.said.append(("info", text % args))
+
+        def warning(self, text, *args):
+            self.said.append(("warning", text % args))
+
+    def engine(table, gpu="NVIDIA H200"):
+        path = tmp_path / "gemv.json"
+        path.write_text(json.dumps(table))
+        Cuda.name = gpu
+        ns = {"torch": Torch, "triton": Triton, "envs": Envs, "json": json, "os": os, "logger": Logger(),
+              "_GPUSERVE_OFF_SHAPES": {}, "_GPUSERVE_GEMV_FILE": str(path), "_GPUSERVE_GEMV_ON": True,
+              "_GPUSERVE_GEMV_ANY_SHAPE": False, "_GPUSERVE_TUNED": {}, "_GPUSERVE_TUNED_READ": []}
+        exec("\n".join([top_level(added(SPLITK, "_GPUSERVE_GEMV_CONFIGS = {")),
+                        top_level(added(SPLITK, "_GPUSERVE_REDUCE = ")),
+                        top_level(added(SPLITK, "def _gpuserve_read_tuned(")),
+                        top_level(added(SPLITK, "def _gpuserve_gemv_config(")),
+                        top_level(added(SPLITK, "def _gpuserve_gemv_reason("))]), ns)  # pylint: disable=exec-used
+        ns["_gpuserve_read_tuned"]("cuda:0")
+        ns["_gpuserve_read_tuned"]("cuda:0")  # once a process: the second call reads nothing
+
+        def reason(n, k):
+            scale = Tensor((Triton.cdiv(n, 128), Triton.cdiv(k, 128)), Torch.float32)
+            return ns["_gpuserve_gemv_reason"](Tensor((1, k), Torch.bfloat16), Tensor((n, k), Torch.float8_e4m3fn),
+                                               scale, 128)
+        return (lambda n, k: ns["_gpuserve_gemv_config"](n, k, 132)), reason, ns["logger"].said
+
+    tuned = {"device_name": "NVIDIA H200", "shapes": {
+        "4096x12288": {"config": [64, 256, 8, 8, "atomic"]},  # better than the built-in (64, 512, 8, 4, counter)
+        "2816x4096": {"config": None},  # vLLM's kernel as fast: kept
+        "3584x4096": {"config": [32, 512, 4, 2, "counter"]}}}  # a shape the built-in table lacks (TP 2's qkv)
+    config, reason, said = engine(tuned)
+    assert config(4096, 12288) == (64, 256, 8, 8, "atomic") and reason(4096, 12288) is None
+    assert config(14336, 4096) == (64, 512, 8, 1, "direct") and reason(14336, 4096) is None  # not listed: built-in
+    assert reason(2816, 4096) == "the tuned table keeps vLLM's kernel for it (%s)" % (tmp_path / "gemv.json")
+    assert reason(3584, 4096) is None and config(3584, 4096) == (32, 512, 4, 2, "counter")
+    assert reason(4096, 3072).startswith("no config measured")  # in neither table
+    assert said == [("info", "gpuserve.llm split-K GEMV configs from %s (tuned on NVIDIA H200): the GEMV for "
+                             "3584x4096, 4096x12288, vLLM's kernel for 2816x4096" % (tmp_path / "gemv.json"))], said
+
+    config, reason, said = engine(tuned, gpu="NVIDIA H100 80GB HBM3")  # made on another GPU model
+    assert config(4096, 12288) == (64, 512, 8, 4, "counter") and reason(2816, 4096) is None
+    assert reason(3584, 4096).startswith("no config measured")
+    assert said == [("warning", "gpuserve.llm split-K GEMV: %s was tuned on NVIDIA H200, this GPU is NVIDIA H100 80GB "
+                                "HBM3: not used (the built-in configs are)" % (tmp_path / "gemv.json"))], said
+
+    for bad in ([96, 512, 8, 4, "counter"], [64, 512, 8, 0, "counter"], [64, 512, 8, 4, "sum"], [64, 512]):
+        config, reason, said = engine({"device_name": "NVIDIA H200", "shapes": {"4096x12288": {"config": bad}}})
+        assert config(4096, 12288) == (64, 512, 8, 4, "counter"), bad
+        assert len(said) == 1 and said[0][0] == "warning" and "cannot be used" in said[0][1], said
