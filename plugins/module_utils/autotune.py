@@ -5,7 +5,10 @@
 
 - vLLM: benchmarks/kernels/benchmark_moe.py --tune writes one JSON per MoE shape,
   E=<experts>,N=<intermediate per GPU>,device_name=<GPU>[,dtype=..][,block_shape=[n,k]].json, a map
-  from batch size to a Triton config; vLLM reads it from VLLM_TUNED_CONFIG_FOLDER.
+  from batch size to a Triton config; vLLM reads it from VLLM_TUNED_CONFIG_FOLDER. For a block-FP8
+  checkpoint, then, files/tune_gemv.py writes gemv.json: the one-token GEMV's config (the collection's
+  vLLM patch 0004) for each block-FP8 linear shape, or none where vLLM's kernel is as fast; the patched
+  vLLM reads it from GPUSERVE_GEMV_CONFIGS.
 - SGLang: benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py writes the same kind of file
   into the working folder; SGLang reads configs/triton_<version>/ under SGLANG_MOE_CONFIG_DIR.
 - llama.cpp: llama-bench over a grid of threads and batch sizes (JSON records); the fastest
@@ -22,6 +25,7 @@ __metaclass__ = type
 import hashlib
 import json
 import os
+import shlex
 
 from ansible_collections.gpuserve.llm.plugins.module_utils.atomic_file import read_json
 
@@ -33,6 +37,8 @@ VLLM_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 153
 REDUCED_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 256, 1024]
 CONFIG_FIELDS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 STAMP = "gpuserve-autotune.json"
+GEMV_FILE = "gemv.json"
+GEMV_REDUCTIONS = ("direct", "atomic", "counter")
 
 
 def key(inputs):
@@ -76,6 +82,40 @@ def moe_shapes(config, tp_size):
             "dtype": "fp8_w8a8" if fp8 else None, "block_shape": list(block) if block else None}
 
 
+def gemv_shapes(config, tp_size):
+    """The block-FP8 linears one decode step runs on each GPU that vLLM patch 0004's one-token GEMV can take, as
+    [{"N", "K", "calls"}] (calls: how many such linears a step runs): the attention's qkv and o projections, the
+    shared experts' gate_up and down, the dense layers' MLP where the checkpoint quantizes it. [] for a checkpoint
+    without 128 x 128 block-FP8 weights. The patch's guard: K whole 128-column blocks, N a multiple of 16."""
+    cfg = config.get("text_config") or config
+    quant = config.get("quantization_config") or cfg.get("quantization_config") or {}
+    if quant.get("quant_method") != "fp8" or list(quant.get("weight_block_size") or []) != [128, 128]:
+        return []
+    hidden, heads, layers = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    head_dim = cfg.get("head_dim") or hidden // heads
+    kv_heads = max(1, cfg.get("num_key_value_heads", heads) // tp_size)  # replicated where fewer than GPUs
+    dense = int(cfg.get("first_k_dense_replace", 0)) if "n_routed_experts" in cfg else 0
+    ignored = [str(n) for n in (quant.get("ignored_layers") or quant.get("modules_to_not_convert") or [])]
+    found = {}
+
+    def add(n, k, calls):
+        if calls > 0 and n > 0 and k > 0 and n % 16 == 0 and k % 128 == 0:
+            found[(n, k)] = found.get((n, k), 0) + calls
+
+    add((heads // tp_size + 2 * kv_heads) * head_dim, hidden, layers)
+    add(hidden, heads * head_dim // tp_size, layers)
+    shared = int(cfg.get("n_shared_experts") or 0) * int(cfg.get("moe_intermediate_size") or 0)
+    if shared and shared % tp_size == 0:
+        add(2 * shared // tp_size, hidden, layers - dense)
+        add(hidden, shared // tp_size, layers - dense)
+    inter = int(cfg.get("intermediate_size") or 0)
+    quantized = [d for d in range(dense) if not any(".layers.%d.mlp" % d in name for name in ignored)]
+    if quantized and inter % tp_size == 0:
+        add(2 * inter // tp_size, hidden, len(quantized))
+        add(hidden, inter // tp_size, len(quantized))
+    return [{"N": n, "K": k, "calls": c} for (n, k), c in sorted(found.items())]
+
+
 def moe_file_name(shapes, gpu_name):
     """What the tuner writes and the engine looks for."""
     name = "E=%d,N=%d,device_name=%s" % (shapes["E"], shapes["N"], device_file_name(gpu_name))
@@ -90,15 +130,24 @@ def batch_sizes(search):
     return REDUCED_BATCH_SIZES if search == "reduced" else VLLM_BATCH_SIZES
 
 
-def vllm_command(model_dir, tp_size, shapes, search, save_dir, benchmark="/gpuserve/benchmark_moe.py"):
+def vllm_command(model_dir, tp_size, shapes, search, save_dir, benchmark="/gpuserve/benchmark_moe.py", gemv=None):
     """benchmark_moe.py --tune through the collection's driver (files/tune_moe.py), which narrows
-    the tile search for `reduced` and runs the script unchanged for `full`."""
+    the tile search for `reduced` and runs the script unchanged for `full`; with `gemv` (gemv_shapes'
+    list), files/tune_gemv.py after it, into save_dir/gemv.json; with no MoE `shapes`, tune_gemv.py alone."""
+    tune_gemv = ["python3", "/gpuserve/tune_gemv.py", "--out", save_dir + "/" + GEMV_FILE]
+    for shape in gemv or []:
+        tune_gemv += ["--shape", "%dx%d:%d" % (shape["N"], shape["K"], shape["calls"])]
+    if not shapes:  # the GEMV alone (no MoE tune asked for)
+        return tune_gemv
     argv = ["python3", "/gpuserve/tune_moe.py", "--search", search, "--", benchmark, "--model", model_dir,
             "--tp-size", str(tp_size), "--tune", "--save-dir", save_dir, "--batch-size"]
     argv += [str(b) for b in batch_sizes(search)]
     if shapes["dtype"]:
         argv += ["--dtype", shapes["dtype"]]
-    return argv
+    if not gemv:
+        return argv
+    return ["sh", "-c", "set -e; %s; exec %s" % (" ".join(shlex.quote(a) for a in argv),
+                                                 " ".join(shlex.quote(a) for a in tune_gemv))]
 
 
 def sglang_command(model_dir, tp_size, shapes, search, save_dir,
@@ -138,6 +187,32 @@ def validate_moe(folder, file_name, expected_batch_sizes):
             if absent:
                 problems.append("%s: batch size %s lacks %s" % (file_name, batch, ", ".join(absent)))
     return problems, found[0]
+
+
+def validate_gemv(folder, shapes):
+    """Problems with tune_gemv.py's gemv.json: absent, unreadable, a planned shape or a config's field missing. A file
+    that says why it tuned nothing (`skipped`: the image's vLLM lacks patch 0004) is complete."""
+    path = os.path.join(folder, GEMV_FILE)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (IOError, OSError, ValueError) as e:
+        return ["%s is missing or unreadable (%s)" % (GEMV_FILE, e)]
+    if not isinstance(data, dict) or data.get("format") != 1 or not isinstance(data.get("shapes"), dict):
+        return ["%s is not tune_gemv.py's format 1" % GEMV_FILE]
+    if data.get("skipped"):
+        return []
+    problems = []
+    missing = ["%dx%d" % (s["N"], s["K"]) for s in shapes if "%dx%d" % (s["N"], s["K"]) not in data["shapes"]]
+    if missing:
+        problems.append("%s lacks shapes %s" % (GEMV_FILE, ", ".join(missing)))
+    for shape, entry in sorted(data["shapes"].items()):
+        config = entry.get("config") if isinstance(entry, dict) else "?"
+        if config is not None and not (isinstance(config, list) and len(config) == 5
+                                       and all(isinstance(v, int) and v > 0 for v in config[:4])
+                                       and config[4] in GEMV_REDUCTIONS):
+            problems.append("%s: shape %s has no valid config (%s)" % (GEMV_FILE, shape, config))
+    return problems
 
 
 def llamacpp_grid(cpus, threads=None, batches=None, ubatches=None):

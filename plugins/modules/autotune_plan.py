@@ -63,6 +63,15 @@ options:
     type: str
     choices: [full, reduced]
     default: full
+  moe:
+    description: Tune the fused-MoE kernels (vLLM, SGLang).
+    type: bool
+    default: true
+  gemv:
+    description: Tune the one-token GEMV of the collection's vLLM patch 0004 for a block-FP8 checkpoint's linears
+      (vLLM). A plan with neither anything to tune returns C(empty) and C(why).
+    type: bool
+    default: false
   threads:
     description: llama-bench thread counts; empty = powers of two up to the usable CPUs, and their count.
     type: list
@@ -131,6 +140,14 @@ pending:
   description: In check mode, true when the model is not made yet (nothing else is planned).
   returned: when pending
   type: bool
+empty:
+  description: True when there is nothing to tune (no MoE tune asked for, and no block-FP8 linear for the GEMV).
+  returned: when empty
+  type: bool
+why:
+  description: Why there is nothing to tune.
+  returned: when empty
+  type: str
 inputs:
   description: Everything hashed into the key.
   returned: always
@@ -142,6 +159,11 @@ grid:
 moe:
   description: The MoE shapes, the file name the tuner writes and the batch sizes it must hold.
   returned: O(engine=vllm) or O(engine=sglang)
+  type: dict
+gemv:
+  description: For vLLM and a block-FP8 checkpoint, the block-FP8 linear shapes whose one-token GEMV configs
+    tune_gemv.py measures (N, K, calls a decode step) and the file it writes (C(gemv.json)).
+  returned: O(engine=vllm) with a block-FP8 checkpoint
   type: dict
 command:
   description: The tuner's command line in the engine image (results into /autotune).
@@ -214,14 +236,25 @@ def plan(module, p):
                                                        p["repetitions"], "/autotune")
         else:
             with open(os.path.join(p["model_dir"], "config.json")) as f:
-                shapes = autotune.moe_shapes(json.load(f), p["tp_size"])
-            moe = dict(shapes, file=autotune.moe_file_name(shapes, p["gpu_name"]),
-                       batch_sizes=autotune.batch_sizes(p["search"]))
-            inputs.update(gpu=p["gpu_name"], tp_size=p["tp_size"], search=p["search"], shapes=shapes)
-            out["moe"] = moe
+                config = json.load(f)
+            inputs.update(gpu=p["gpu_name"], tp_size=p["tp_size"])
+            shapes = None
+            if p["moe"]:
+                shapes = autotune.moe_shapes(config, p["tp_size"])
+                out["moe"] = dict(shapes, file=autotune.moe_file_name(shapes, p["gpu_name"]),
+                                  batch_sizes=autotune.batch_sizes(p["search"]))
+                inputs.update(search=p["search"], shapes=shapes)
+            gemv = autotune.gemv_shapes(config, p["tp_size"]) if p["gemv"] and p["engine"] == "vllm" else []
+            if gemv:  # the one-token GEMV's table (vLLM patch 0004)
+                inputs["gemv"] = gemv
+                out["gemv"] = {"file": autotune.GEMV_FILE, "shapes": gemv}
+            if not shapes and not gemv:
+                return dict(key="none", dir="", ready=False, inputs=inputs, engine=p["engine"], empty=True, command=[],
+                            why="the checkpoint has no 128 x 128 block-FP8 linear for the one-token GEMV, and "
+                                "autotune_moe is off")
             if p["engine"] == "vllm":
                 out["command"] = autotune.vllm_command(p["container_model"], p["tp_size"], shapes, p["search"],
-                                                       "/autotune")
+                                                       "/autotune", gemv=gemv)
             else:
                 out["command"] = autotune.sglang_command(p["container_model"], p["tp_size"], shapes, p["search"],
                                                          "/autotune", p["tuner"])
@@ -250,6 +283,8 @@ def main():
             gpu_name=dict(type="str", default=""),
             tp_size=dict(type="int", default=1),
             search=dict(type="str", default="full", choices=["full", "reduced"]),
+            moe=dict(type="bool", default=True),
+            gemv=dict(type="bool", default=False),
             threads=dict(type="list", elements="int", default=[]),
             batch_sizes=dict(type="list", elements="int", default=[]),
             ubatch_sizes=dict(type="list", elements="int", default=[]),

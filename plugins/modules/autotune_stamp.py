@@ -15,8 +15,9 @@ version_added: "0.1.0"
 description:
   - Validates the tuner's output in the folder of a plan from M(gpuserve.llm.autotune_plan) (llama.cpp - every grid
     point measured; vLLM and SGLang - the shape's file with every expected batch size and a complete Triton config
-    for each) and only then writes the stamp, with the choice for llama.cpp (fastest threads, prompt threads, batch
-    and ubatch). Anything missing fails with E_AUTOTUNE, the problems and the end of the tuner container's log; no
+    for each; for vLLM and a block-FP8 checkpoint also C(gemv.json), every planned linear shape with a config of the
+    one-token GEMV or none) and only then writes the stamp, with the choice for llama.cpp (fastest threads, prompt
+    threads, batch and ubatch). Anything missing fails with E_AUTOTUNE, the problems and the end of the tuner container's log; no
     stamp is written.
 author:
   - gpuserve.llm contributors (@gpuserve)
@@ -152,11 +153,17 @@ def stamp(module, p):
             choice, problems = autotune.choose_llamacpp(records["tg.json"], records["pp.json"], grid,
                                                         the_plan["inputs"]["n_prompt"], the_plan["inputs"]["n_gen"])
     else:
-        moe = the_plan["moe"]
-        found, path = autotune.validate_moe(folder, moe["file"], moe["batch_sizes"])
-        problems += found
-        if path:
-            files[os.path.relpath(path, folder)] = sha256(path)
+        if the_plan.get("moe"):
+            moe = the_plan["moe"]
+            found, path = autotune.validate_moe(folder, moe["file"], moe["batch_sizes"])
+            problems += found
+            if path:
+                files[os.path.relpath(path, folder)] = sha256(path)
+        if the_plan.get("gemv"):
+            found = autotune.validate_gemv(folder, the_plan["gemv"]["shapes"])
+            problems += found
+            if not found:
+                files[autotune.GEMV_FILE] = sha256(os.path.join(folder, autotune.GEMV_FILE))
     if problems:
         fail(module, "E_AUTOTUNE", folder, "the %s tune is incomplete, nothing is marked ready: %s%s"
              % (engine, "; ".join(problems), tuner_log_end(p)), details=dict(problems=problems))

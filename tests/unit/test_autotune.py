@@ -227,3 +227,120 @@ def test_the_stamp_comes_only_after_the_output_validates_and_never_under_check(t
     assert not module(tmp_path, "autotune_stamp", plan=plan, tuned_on="k0")["changed"]
     os.unlink(os.path.join(plan["dir"], "pp.json"))  # a result file gone: the stamp no longer counts
     assert not llamacpp_plan(tmp_path)["ready"]
+
+
+def test_the_gemv_tune_covers_every_block_fp8_linear_a_decode_step_runs_on_each_gpu():
+    """GLM-4.6V-FP8's text shape (the burn-in config): the four linears the H200 run served the GEMV on at one GPU
+    (tests/gpu/h200-splitk-serve-2026-12-04: 46 attention layers, 45 with the shared expert; layer 0's dense MLP
+    stays bf16), the attention's and the shared expert's split at 2 and 4 GPUs, and only shapes the patch's guard
+    takes (the down projection's 704 and 352 columns at 2 and 4 GPUs are no whole 128-column blocks)."""
+    fp8 = glm_config(FP8)
+    assert autotune.gemv_shapes(fp8, 1) == [{"N": 2816, "K": 4096, "calls": 45}, {"N": 4096, "K": 1408, "calls": 45},
+                                            {"N": 4096, "K": 12288, "calls": 46}, {"N": 14336, "K": 4096, "calls": 46}]
+    assert autotune.gemv_shapes(fp8, 2) == [{"N": 1408, "K": 4096, "calls": 45}, {"N": 4096, "K": 6144, "calls": 46},
+                                            {"N": 7168, "K": 4096, "calls": 46}]
+    assert [(s["N"], s["K"]) for s in autotune.gemv_shapes(fp8, 4)] == [(704, 4096), (3584, 4096), (4096, 3072)]
+    assert autotune.gemv_shapes(glm_config(), 1) == []  # bf16: no block-FP8 linear
+    assert autotune.gemv_shapes(glm_config({"quantization_config": {"quant_method": "fp8"}}), 1) == []  # per tensor
+    # A dense layer whose MLP the checkpoint quantizes (its intermediate size whole blocks): its two linears too
+    dense = glm_config(dict(FP8, intermediate_size=10240))
+    assert "ignored_layers" not in dense["quantization_config"]
+    assert {"N": 20480, "K": 4096, "calls": 1} in autotune.gemv_shapes(dense, 1)
+    assert {"N": 4096, "K": 10240, "calls": 1} in autotune.gemv_shapes(dense, 1)
+
+
+def test_vllm_tunes_the_gemv_after_the_moe_in_one_container_and_its_file_must_name_every_shape(tmp_path):
+    import shlex
+    fp8 = glm_config(FP8)
+    gemv = autotune.gemv_shapes(fp8, 1)
+    sh = autotune.vllm_command("/models/main", 1, autotune.moe_shapes(fp8, 1), "reduced", "/autotune", gemv=gemv)
+    assert sh[:2] == ["sh", "-c"] and sh[2].startswith("set -e; python3 /gpuserve/tune_moe.py --search reduced -- ")
+    gemv_argv = shlex.split(sh[2].split("; exec ", 1)[1])
+    assert gemv_argv == ["python3", "/gpuserve/tune_gemv.py", "--out", "/autotune/gemv.json", "--shape", "2816x4096:45",
+                         "--shape", "4096x1408:45", "--shape", "4096x12288:46", "--shape", "14336x4096:46"]
+    assert autotune.vllm_command("/m", 1, autotune.moe_shapes(fp8, 1), "full", "/autotune", gemv=[])[0] == "python3"
+
+    def problems(data):
+        (tmp_path / "gemv.json").write_text(json.dumps(data) if not isinstance(data, str) else data)
+        return autotune.validate_gemv(str(tmp_path), gemv)
+
+    assert problems("{") and "gemv.json is missing or unreadable" in problems("{")[0]
+    entries = {"%dx%d" % (s["N"], s["K"]): {"config": [64, 512, 8, 1, "direct"]} for s in gemv}
+    assert problems({"format": 1, "device_name": "NVIDIA H200", "shapes": entries}) == []
+    entries["2816x4096"] = {"config": None}  # vLLM's kernel kept for it: complete
+    assert problems({"format": 1, "device_name": "NVIDIA H200", "shapes": entries}) == []
+    entries["4096x1408"] = {"config": [128, 128, 4, 11, "sum"]}
+    del entries["14336x4096"]
+    assert problems({"format": 1, "device_name": "NVIDIA H200", "shapes": entries}) == [
+        "gemv.json lacks shapes 14336x4096", "gemv.json: shape 4096x1408 has no valid config ([128, 128, 4, 11, 'sum'])"]
+    assert problems({"format": 2, "shapes": {}}) == ["gemv.json is not tune_gemv.py's format 1"]
+    # The image's vLLM lacks patch 0004: tune_gemv.py says so in the file, which is complete
+    assert problems({"format": 1, "device_name": "NVIDIA H200", "shapes": {}, "skipped": "lacks patch 0004"}) == []
+
+
+def test_a_vllm_plan_for_a_block_fp8_model_is_ready_only_with_its_gemv_table(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(glm_config(FP8)))
+
+    def plan(**given):
+        return module(tmp_path, "autotune_plan", engine="vllm", base_dir=str(tmp_path / "autotune"),
+                      model_dir=str(model), gpu_name="NVIDIA H200", tp_size=1, search="reduced",
+                      container_model="/models/main", **dict(dict(moe=True, gemv=True), **given))
+
+    first = plan()
+    assert first["gemv"]["file"] == "gemv.json" and len(first["gemv"]["shapes"]) == 4, first
+    assert first["inputs"]["gemv"] == first["gemv"]["shapes"] and "tune_gemv.py" in first["command"][2]
+    os.makedirs(first["dir"])
+    with open(os.path.join(first["dir"], first["moe"]["file"]), "w") as f:
+        json.dump(tuned(first["moe"]["batch_sizes"]), f)
+    incomplete = module(tmp_path, "autotune_stamp", plan=first, tuned_on="g0")
+    assert incomplete["failed"] and "gemv.json is missing or unreadable" in incomplete["msg"], incomplete
+    with open(os.path.join(first["dir"], "gemv.json"), "w") as f:
+        json.dump({"format": 1, "device_name": "NVIDIA H200", "shapes": {
+            "%dx%d" % (s["N"], s["K"]): {"config": [64, 512, 8, 1, "direct"]} for s in first["gemv"]["shapes"]}}, f)
+    done = module(tmp_path, "autotune_stamp", plan=first, tuned_on="g0")
+    assert done["ready"] and sorted(done["stamp"]["files"]) == sorted([first["moe"]["file"], "gemv.json"]), done
+    assert plan()["ready"]
+    os.unlink(os.path.join(first["dir"], "gemv.json"))  # the table gone: the result no longer counts
+    assert not plan()["ready"]
+    # The MoE tune off (autotune_moe's default), the GEMV on (autotune_gemv's): tune_gemv.py alone, its own key,
+    # its table alone makes the result
+    alone = plan(moe=False)
+    assert "moe" not in alone and alone["key"] != first["key"] and alone["command"] == [
+        "python3", "/gpuserve/tune_gemv.py", "--out", "/autotune/gemv.json", "--shape", "2816x4096:45", "--shape",
+        "4096x1408:45", "--shape", "4096x12288:46", "--shape", "14336x4096:46"], alone
+    os.makedirs(alone["dir"])
+    with open(os.path.join(alone["dir"], "gemv.json"), "w") as f:
+        json.dump({"format": 1, "device_name": "NVIDIA H200", "shapes": {
+            "%dx%d" % (s["N"], s["K"]): {"config": None} for s in alone["gemv"]["shapes"]}}, f)
+    done = module(tmp_path, "autotune_stamp", plan=alone, tuned_on="g0")
+    assert done["ready"] and list(done["stamp"]["files"]) == ["gemv.json"], done
+    assert plan(moe=False)["ready"] and not plan(moe=False, gemv=False)["ready"]
+    # Nothing to tune: no MoE tune, no block-FP8 linear (a bf16 checkpoint)
+    (model / "config.json").write_text(json.dumps(glm_config()))
+    empty = plan(moe=False)
+    assert empty["empty"] and not empty["ready"] and empty["command"] == [] and "no 128 x 128 block-FP8" in empty["why"]
+    assert "gemv" not in plan()  # the MoE tune of a bf16 checkpoint: no table
+
+
+def test_the_engine_is_given_the_gemv_table_only_where_its_stamped_result_holds_one(tmp_path):
+    """roles/service/vars/main.yml's service_autotune_env, rendered by ansible-playbook for four results."""
+    results = [("vllm", {"ready": True, "dir": "/a", "stamp": {"files": {"E=128.json": "1", "gemv.json": "2"}}}),
+               ("vllm", {"ready": True, "dir": "/a", "stamp": {"files": {"E=128.json": "1"}}}),
+               ("sglang", {"ready": True, "dir": "/a", "stamp": {"files": {"gemv.json": "2"}}}),
+               ("vllm", {"ready": False})]
+    play = [{"hosts": "localhost", "gather_facts": False,
+             "vars_files": [os.path.join(ROOT, "roles", "service", "vars", "main.yml")],
+             "tasks": [{"ansible.builtin.copy": {"content": "{{ service_autotune_env | to_json }}\n",
+                                                 "dest": str(tmp_path / "env-{{ index }}.json")},
+                        "vars": {"llm_engine": "{{ item.0 }}", "autotune_result": "{{ item.1 }}"},
+                        "loop": [list(r) for r in results], "loop_control": {"index_var": "index"}}]}]
+    (tmp_path / "play.yml").write_text(json.dumps(play))
+    ran = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c",
+                          "local", "-e", "ansible_python_interpreter=" + sys.executable, str(tmp_path / "play.yml")],
+                         capture_output=True, text=True, cwd=ROOT, check=False)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    envs = [json.loads((tmp_path / ("env-%d.json" % i)).read_text()) for i in range(len(results))]
+    assert envs == [{"VLLM_TUNED_CONFIG_FOLDER": "/autotune", "GPUSERVE_GEMV_CONFIGS": "/autotune/gemv.json"},
+                    {"VLLM_TUNED_CONFIG_FOLDER": "/autotune"}, {"SGLANG_MOE_CONFIG_DIR": "/autotune"}, {}]

@@ -1,0 +1,218 @@
+"""The one-token split-K GEMV's configs (vLLM patch 0004) for a model's block-FP8 linears, measured on this GPU.
+
+    python3 tune_gemv.py --out /autotune/gemv.json --shape NxK:CALLS [--shape NxK:CALLS ...]
+
+Runs in the engine's image (vLLM with the collection's patches), on a GPU nothing else uses. For each shape (N x K,
+and CALLS: how many such linears one decode step runs): every config of a grid - tiles of BLOCK_N x BLOCK_K weight
+bytes for 4 or 8 warps, K split into the counts nearest 1, 2 and 4 programs an SM, split sums by fp32 atomics or a
+per-tile counter - is timed on one token inside a CUDA graph over weight copies that leave the L2 cache behind, as
+a decode step reads them; vLLM's own one-token kernel (the patch off) is timed the same way. The fastest configs are
+timed again, and the fastest that passes the patch's own load check (within 2 % of vLLM's kernel on random weights,
+finite, the workspace left zero) is written; no config where vLLM's kernel is within 2 % of it (the engine then keeps
+vLLM's kernel for that shape). The file is written whole at the end (gemv.json.part, then renamed); the engine reads
+it through GPUSERVE_GEMV_CONFIGS. An image whose vLLM lacks the patch gets a file that lists no shape, and says why.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+FORMAT = 1
+SCREEN = {"replays": 10, "repeats": 3}
+FINAL = {"replays": 20, "repeats": 5, "best": 4}
+FINAL_TIMES = {"replays": FINAL["replays"], "repeats": FINAL["repeats"]}
+KEEP_VLLM_WITHIN = 0.02  # the GEMV must be faster than vLLM's kernel by more than this, or the shape keeps vLLM's
+
+
+def log(text):
+    print("tune_gemv: %s" % text, flush=True)
+
+
+def parse_shape(text):
+    dims, _sep, calls = text.partition(":")
+    n, k = (int(v) for v in dims.lower().split("x"))
+    return n, k, int(calls or 1)
+
+
+def tiles():
+    """(BLOCK_N, BLOCK_K, warps): rows within one 128-row scale block, K steps of whole 128-column scale blocks,
+    32-128 weight bytes a thread a step (one pipeline stage: Triton pipelines only loads that feed tl.dot)."""
+    found = []
+    for warps in (4, 8):
+        for bn in (16, 32, 64, 128):
+            for bk in (128, 256, 512):
+                if 1024 * warps <= bn * bk <= 4096 * warps:
+                    found.append((bn, bk, warps))
+    return found
+
+
+def splits(n, k, bn, bk, sms):
+    """The SPLIT_K values (as the launch rounds them) whose grids come nearest 1, 2 and 4 programs an SM, and 1."""
+    tiles_n, blocks = -(-n // bn), -(-k // bk)
+    grids = {}
+    for split in range(1, blocks + 1):
+        per = -(-blocks // split)
+        grids.setdefault(-(-blocks // per), tiles_n * -(-blocks // per))
+    chosen = {1}
+    for target in (sms, 2 * sms, 4 * sms):
+        chosen.add(min(grids, key=lambda s: abs(math.log(grids[s] / target))))
+    return sorted(chosen)
+
+
+def configs(n, k, sms):
+    out = []
+    for bn, bk, warps in tiles():
+        for split in splits(n, k, bn, bk, sms):
+            for reduce in (("direct",) if split == 1 else ("atomic", "counter")):
+                out.append((bn, bk, warps, split, reduce))
+    return out
+
+
+def stats(runs):
+    runs = sorted(runs)
+    return {"median": round(runs[len(runs) // 2], 3), "min": round(runs[0], 3), "max": round(runs[-1], 3)}
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--shape", action="append", default=[], type=parse_shape, help="NxK:CALLS")
+    args = parser.parse_args(argv)
+    result = {"format": FORMAT, "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shapes": {}}
+    try:
+        import torch
+        from vllm import __version__ as vllm_version
+        from vllm.model_executor.kernels.linear.scaled_mm import flashinfer as fm
+    except ImportError as e:
+        result.update(device_name=None, skipped="vLLM or torch cannot be imported here: %s" % e)
+        return write(args.out, result, 0)
+    result.update(device_name=torch.cuda.get_device_name(0), vllm=vllm_version)
+    if not hasattr(fm, "_gpuserve_gemv_launch"):
+        result["skipped"] = "this image's vLLM lacks the collection's patch 0004 (the split-K GEMV)"
+        log(result["skipped"])
+        return write(args.out, result, 0)
+    props = torch.cuda.get_device_properties(0)
+    sms = props.multi_processor_count
+    l2 = getattr(props, "L2_cache_size", 64 << 20) or (64 << 20)
+    result.update(sms=sms, l2_bytes=l2)
+    log("%s, %d SMs, vLLM %s: %d shape(s)" % (result["device_name"], sms, vllm_version, len(args.shape)))
+    torch.manual_seed(0)
+    step = {"gemv": 0.0, "vllm": 0.0}
+    for n, k, calls in args.shape:
+        entry = tune_shape(torch, fm, n, k, calls, sms, l2)
+        result["shapes"]["%dx%d" % (n, k)] = entry
+        best = entry["gemv_us"]["median"] if entry["config"] else entry["vllm_us"]["median"]
+        step["gemv"] += best * calls / 1e3
+        step["vllm"] += entry["vllm_us"]["median"] * calls / 1e3
+        torch.cuda.empty_cache()
+    result["step_ms"] = {"tuned": round(step["gemv"], 4), "vllm": round(step["vllm"], 4)}
+    log("a decode step's block-FP8 linears at one token: %.3f ms tuned, %.3f ms with vLLM's kernel"
+        % (step["gemv"], step["vllm"]))
+    return write(args.out, result, 0)
+
+
+def tune_shape(torch, fm, n, k, calls, sms, l2):
+    started = time.time()
+    nbytes = n * k + 4 * -(-n // 128) * -(-k // 128)
+    copies = max(2, min(calls, math.ceil(4 * l2 / nbytes)))
+    weights = []
+    for _copy in range(copies):  # fp8 weights and float32 128 x 128 block scales as DeepGEMM's post-processing leaves
+        w = (torch.randn(n, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+        s = torch.rand(-(-n // 128), -(-k // 128), device="cuda") * 2e-3 + 1e-3
+        weights.append((w, s, torch.empty((1, n), dtype=torch.bfloat16, device="cuda"), fm._gpuserve_workspace(n, "cuda")))
+    x = torch.randn(1, k, device="cuda").to(torch.bfloat16)
+
+    def vllm_calls():
+        return [lambda w=w, s=s: torch.ops.vllm.dynamic_flashinfer_deepgemm_blockscale_gemm(x, w, s, 128, False)
+                for w, s, _o, _ws in weights]
+
+    def gemv_calls(cfg):
+        return [lambda w=w, s=s, o=o, ws=ws: fm._gpuserve_gemv_launch(x, w, s, o, ws[0], ws[1], cfg)
+                for w, s, o, ws in weights]
+
+    fm._GPUSERVE_GEMV_ON = False  # the op's unpatched path: flashinfer's swap-AB at one token
+    try:
+        vllm_us = timed(torch, vllm_calls(), **FINAL_TIMES)
+    finally:
+        fm._GPUSERVE_GEMV_ON = True
+    built_in = fm._GPUSERVE_GEMV_CONFIGS.get((n, k))
+    grid = configs(n, k, sms)
+    if built_in and built_in not in grid:
+        grid.append(built_in)
+    screened, failed = [], 0
+    for cfg in grid:
+        try:
+            screened.append((timed(torch, gemv_calls(cfg), **SCREEN)["median"], cfg))
+        except Exception as e:  # pylint: disable=broad-except  # a config Triton cannot compile or run here
+            failed += 1
+            if failed <= 3:
+                log("%dx%d %s: %s" % (n, k, cfg, str(e).splitlines()[0][:200] if str(e) else type(e).__name__))
+    screened.sort()
+    finalists = [cfg for _us, cfg in screened[:FINAL["best"]]]
+    if built_in and built_in not in finalists and any(c == built_in for _u, c in screened):
+        finalists.append(built_in)
+    final = [(timed(torch, gemv_calls(cfg), **FINAL_TIMES), cfg) for cfg in finalists]
+    final.sort(key=lambda t: t[0]["median"])
+    entry = {"calls": calls, "copies": copies, "tried": len(grid), "failed": failed, "vllm_us": vllm_us,
+             "built_in": list(built_in) if built_in else None, "config": None, "gemv_us": None}
+    if built_in:
+        entry["built_in_us"] = next((t for t, c in final if c == built_in), None)
+    for times, cfg in final:
+        fm._GPUSERVE_TUNED[(n, k)] = cfg  # the patch's load check, with this config
+        try:
+            checked = fm._gpuserve_check(weights[0][0], weights[0][1], "tune_gemv.py")
+        finally:
+            fm._GPUSERVE_TUNED.pop((n, k), None)
+        worst = max(v["gemv_vs_unpatched"] for v in checked.values())
+        if worst > 0.02 or not all(v["workspace_zero"] and v["finite"] for v in checked.values()):
+            log("%dx%d %s: refused by the load check (%.2e from vLLM's kernel)" % (n, k, cfg, worst))
+            continue
+        entry.update(gemv_us=times, check_worst=round(worst, 6))
+        if times["median"] < vllm_us["median"] * (1 - KEEP_VLLM_WITHIN):
+            entry["config"] = list(cfg)
+        break
+    log("%dx%d (%d a step): %s, %s us a call against vLLM's %.2f us [%d configs, %d failed, %.0f s]" % (
+        n, k, calls, "GEMV %s" % (entry["config"],) if entry["config"] else "vLLM's kernel kept",
+        "%.2f" % entry["gemv_us"]["median"] if entry["gemv_us"] else "-", vllm_us["median"], len(grid), failed,
+        time.time() - started))
+    del weights
+    return entry
+
+
+def timed(torch, calls, replays, repeats):
+    """Microseconds a call (median, min, max of `repeats`), the calls captured once in a CUDA graph and replayed."""
+    for call in calls:  # once outside the capture: Triton compiles, the op's lazy state is made
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    runs = []
+    for _repeat in range(repeats):
+        start.record()
+        for _replay in range(replays):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        runs.append(start.elapsed_time(end) * 1e3 / (replays * len(calls)))
+    del graph
+    return stats(runs)
+
+
+def write(path, result, code):
+    part = path + ".part"
+    with open(part, "w") as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+    os.replace(part, path)
+    log("wrote %s (%d shape(s) with the GEMV)" % (path, sum(1 for e in result["shapes"].values() if e["config"])))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
