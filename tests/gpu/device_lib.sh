@@ -95,3 +95,88 @@ jit_cache_lay() {  # DIR: lay the caches that jit_cache_pack made (parts in DIR,
   done
   echo "== JIT caches laid down from $1: $(jit_cache_sizes)"
 }
+
+# The driver runs of 2026-12-04 on (h200-splitk-serve-2026-12-04/run.sh keeps its own copy, a record): a driver in a
+# session of its own (setsid: it outlives the call, not the lease) writes everything into WORK; each call follows it.
+# The sourcing script also sets WORK, MODE, TAG, REPO and SELF (its own path in the checkout).
+until_deadline() { echo $(( $(cat "$WORK/deadline") - $(date +%s) )); }
+
+step() {  # NAME NEED LIMIT COMMAND...: run COMMAND guarded for min(LIMIT, time to the deadline) s if NEED s are left
+  local name=$1 need=$2 limit=$3 start left_s
+  shift 3
+  left_s=$(until_deadline)
+  if (( left_s < need )); then
+    echo "== $(date -u +%T) $name: not started ($left_s s to the deadline, needs $need)"
+    return 1
+  fi
+  (( limit > left_s )) && limit=$left_s
+  start=$(date +%s)
+  echo "== $(date -u +%T) $name: started, stopped after $limit s"
+  guarded "$limit" "$@"
+  echo "== $(date -u +%T) $name rc=$? in $(( $(date +%s) - start )) s"
+  nvidia-smi --query-gpu=memory.used,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+}
+
+results() {  # everything the driver wrote, into $OUT (carriage returns made newlines)
+  local f
+  [[ -f $WORK/driver.log ]] && tr '\r' '\n' < "$WORK/driver.log" > "$OUT/driver.log"
+  rm -rf /root/results && mkdir -p /root/results
+  (cd "$WORK" && find . -type f ! -name driver.log ! -name driver.pid ! -name deadline) |
+    while read -r f; do
+      mkdir -p "/root/results/$(dirname "$f")"
+      tr '\r' '\n' < "$WORK/$f" > "/root/results/$f"
+    done
+  tar -C /root/results -cf - . | xz -T0 -6 > "$OUT/results.tar.xz"
+  ls -la "$OUT"
+}
+
+follow() {  # the driver's log as it grows, until the driver ends or this call's time is spent; then its files to $OUT
+  local pid tailpid
+  pid=$(cat "$WORK/driver.pid")
+  tail -n +1 -f "$WORK/driver.log" --pid "$pid" &
+  tailpid=$!
+  while kill -0 "$pid" 2>/dev/null && (( $(left) > 15 )); do sleep 3; done
+  sleep 1
+  kill "$tailpid" 2>/dev/null
+  if kill -0 "$pid" 2>/dev/null; then echo "== $(date -u +%T) driver $pid still running"; else echo "== driver ended"; fi
+  results
+}
+
+run_mode() {  # the calls' modes: stash, start (unpack, copy the checkout, start SELF's drive mode), wait, collect
+  exec > >(tee "$OUT/device-$TAG.log") 2>&1
+  device_banner "$TAG"
+  case $MODE in
+    stash)
+      stash
+      df -h / | tail -1
+      ;;
+    start)
+      unpack_once "$REPO" || exit 3
+      [[ -d $C/jit-cache ]] && jit_cache_lay "$C/jit-cache"
+      rm -rf /root/repo "$WORK" && mkdir -p "$WORK/out" /root/repo
+      tar -C "$REPO" --exclude=./.whl -cf - . | tar -C /root/repo -xf -
+      echo $(( T0 + ${LEASE_LEFT:?the device seconds left as the call starts} - ${SPARE_S:-150} )) > "$WORK/deadline"
+      echo "== deadline $(date -u -d "@$(cat "$WORK/deadline")" +%T) ($(until_deadline) s from now)"
+      # the driver runs from the copy (the checkout here is laid down again by every call)
+      setsid bash "/root/repo/${SELF#"$REPO"/}" drive "$C" > "$WORK/driver.log" 2>&1 < /dev/null &
+      echo $! > "$WORK/driver.pid"
+      echo "== driver started, pid $(cat "$WORK/driver.pid")"
+      follow
+      ;;
+    wait)
+      follow
+      ;;
+    collect)
+      local pid
+      pid=$(cat "$WORK/driver.pid" 2>/dev/null)
+      if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+        echo "== driver $pid still running: its step stopped"
+        kill -INT -- "-$(cat /tmp/guarded.pgid)" 2>/dev/null
+        sleep 30
+        kill -- "-$pid" 2>/dev/null
+      fi
+      results
+      ;;
+  esac
+  echo "== $TAG done in $(( $(date +%s) - T0 )) s"
+}
