@@ -29,6 +29,10 @@
 #   4. tune_gemv.py for the six shapes at 2 and 4 GPUs -> gemv-tp2-tp4.json
 #   5. at one request, as the deadline allows: bench builtin-1 (no table), tuned-2, builtin-2
 # No GPU setting is changed. Every vLLM server runs in a process group of its own (guarded), ended by its id.
+# What ran on 2026-12-05 (report.md, "Calls"): s1 and s2 as above; s3 as
+#   SERVE=0 SPARE_S=40 CALL=s3 LEASE_LEFT=340 CALL_S=320 bash tests/gpu/h200-gemv-tune-2026-12-05/run.sh start .whl/s3
+# (the tuner for one GPU's shapes; the lease had no time for a served start). An earlier s3 with SERVE=1
+# SERVE_CONC=1 SPARE_S=90 LEASE_LEFT=893 CALL_S=580 lost its machine during the call; nothing came back.
 set -uo pipefail
 MODE=${1:?usage: run.sh stash|start|wait|collect|drive CARRIED}
 C=$(cd "${2:?the carried folder}" && pwd)
