@@ -344,3 +344,16 @@ def test_the_engine_is_given_the_gemv_table_only_where_its_stamped_result_holds_
     envs = [json.loads((tmp_path / ("env-%d.json" % i)).read_text()) for i in range(len(results))]
     assert envs == [{"VLLM_TUNED_CONFIG_FOLDER": "/autotune", "GPUSERVE_GEMV_CONFIGS": "/autotune/gemv.json"},
                     {"VLLM_TUNED_CONFIG_FOLDER": "/autotune"}, {"SGLANG_MOE_CONFIG_DIR": "/autotune"}, {}]
+
+
+def test_the_table_tune_gemv_wrote_on_an_h200_is_complete_for_the_plan():
+    """tune_gemv.py's real output (tests/gpu/h200-gemv-tune-2026-12-05/gemv.json) for GLM-4.6V-FP8 at one GPU: what the
+    stamp validates, as the plan names the shapes; the table's choice as measured there."""
+    folder = os.path.join(TESTS, "gpu", "h200-gemv-tune-2026-12-05")
+    assert autotune.validate_gemv(folder, autotune.gemv_shapes(glm_config(FP8), 1)) == []
+    assert autotune.validate_gemv(folder, autotune.gemv_shapes(glm_config(FP8), 2))[0].startswith("gemv.json lacks")
+    with open(os.path.join(folder, "gemv.json")) as f:
+        table = json.load(f)
+    assert table["device_name"] == "NVIDIA H200" and {s: e["config"] for s, e in table["shapes"].items()} == {
+        "14336x4096": None, "4096x12288": [64, 512, 8, 4, "atomic"], "2816x4096": [64, 256, 4, 16, "atomic"],
+        "4096x1408": [16, 512, 4, 1, "direct"]}

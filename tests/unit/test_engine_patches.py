@@ -293,6 +293,13 @@ def test_a_tuned_table_replaces_the_built_in_configs_on_the_gpu_model_it_was_mad
     assert said == [("warning", "gpuserve.llm split-K GEMV: %s was tuned on NVIDIA H200, this GPU is NVIDIA H100 80GB "
                                 "HBM3: not used (the built-in configs are)" % (tmp_path / "gemv.json"))], said
 
+    # The table the autotune stage's tuner wrote on an H200 (tests/gpu/h200-gemv-tune-2026-12-05/gemv.json)
+    with open(os.path.join(ROOT, "tests", "gpu", "h200-gemv-tune-2026-12-05", "gemv.json")) as f:
+        config, reason, said = engine(json.load(f))
+    assert config(4096, 1408) == (16, 512, 4, 1, "direct") and config(2816, 4096) == (64, 256, 4, 16, "atomic")
+    assert reason(14336, 4096).startswith("the tuned table keeps vLLM's kernel") and reason(4096, 12288) is None
+    assert said[0][1].endswith("the GEMV for 2816x4096, 4096x1408, 4096x12288, vLLM's kernel for 14336x4096"), said
+
     for bad in ([96, 512, 8, 4, "counter"], [64, 512, 8, 0, "counter"], [64, 512, 8, 4, "sum"], [64, 512]):
         config, reason, said = engine({"device_name": "NVIDIA H200", "shapes": {"4096x12288": {"config": bad}}})
         assert config(4096, 12288) == (64, 512, 8, 4, "counter"), bad
