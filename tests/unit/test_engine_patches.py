@@ -32,6 +32,25 @@ class Triton:  # stand-in for the one helper of triton's that the patch's Python
         return -(-a // b)
 
 
+class Torch:  # stand-in for torch in the patch's guard: dtypes as sentinels
+    bfloat16, float16, float32, float8_e4m3fn = "bf16", "fp16", "fp32", "fp8"
+
+
+class Tensor:  # stand-in for a 2-D contiguous tensor: what the guard reads of one
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype, self.strides = shape, dtype, (shape[1], 1)
+
+    def dim(self):
+        return len(self.shape)
+
+    def stride(self, axis=None):
+        return self.strides if axis is None else self.strides[axis]
+
+
+class Envs:  # stand-in for vllm.envs
+    VLLM_BATCH_INVARIANT = False
+
+
 def added(name, starting):
     """The run of lines a patch adds from the one starting with `starting`, as source text."""
     lines = read(name).splitlines()
@@ -167,22 +186,6 @@ def test_the_splitk_gemv_takes_only_the_shapes_measured_to_pay_and_the_formats_i
     """0004's guard (its reasons, run from the patch text over stand-ins of torch's tensors): the four measured
     shapes go to the GEMV; any other shape keeps vLLM's kernel unless GPUSERVE_SPLITK_GEMV=any, and =0 turns it off;
     a scale or input of another format keeps vLLM's kernel whatever the shape."""
-    class Torch:  # dtypes as sentinels
-        bfloat16, float16, float32, float8_e4m3fn = "bf16", "fp16", "fp32", "fp8"
-
-    class Tensor:
-        def __init__(self, shape, dtype):  # 2-D, contiguous
-            self.shape, self.dtype, self.strides = shape, dtype, (shape[1], 1)
-
-        def dim(self):
-            return len(self.shape)
-
-        def stride(self, axis=None):
-            return self.strides if axis is None else self.strides[axis]
-
-    class Envs:
-        VLLM_BATCH_INVARIANT = False
-
     def reasons(mode):
         ns = {"torch": Torch, "triton": Triton, "envs": Envs, "_GPUSERVE_OFF_SHAPES": {}, "_GPUSERVE_TUNED": {},
               "_GPUSERVE_GEMV_FILE": ""}
@@ -226,22 +229,8 @@ def test_a_tuned_table_replaces_the_built_in_configs_on_the_gpu_model_it_was_mad
         def get_device_name(cls, _device):
             return cls.name
 
-    class Torch:
-        bfloat16, float32, float8_e4m3fn = "bf16", "fp32", "fp8"
+    class TorchWithCuda(Torch):
         cuda = Cuda
-
-    class Tensor:
-        def __init__(self, shape, dtype):
-            self.shape, self.dtype, self.strides = shape, dtype, (shape[1], 1)
-
-        def dim(self):
-            return len(self.shape)
-
-        def stride(self, axis=None):
-            return self.strides if axis is None else self.strides[axis]
-
-    class Envs:
-        VLLM_BATCH_INVARIANT = False
 
     class Logger:
         def __init__(self):
@@ -257,7 +246,7 @@ def test_a_tuned_table_replaces_the_built_in_configs_on_the_gpu_model_it_was_mad
         path = tmp_path / "gemv.json"
         path.write_text(json.dumps(table))
         Cuda.name = gpu
-        ns = {"torch": Torch, "triton": Triton, "envs": Envs, "json": json, "os": os, "logger": Logger(),
+        ns = {"torch": TorchWithCuda, "triton": Triton, "envs": Envs, "json": json, "os": os, "logger": Logger(),
               "_GPUSERVE_OFF_SHAPES": {}, "_GPUSERVE_GEMV_FILE": str(path), "_GPUSERVE_GEMV_ON": True,
               "_GPUSERVE_GEMV_ANY_SHAPE": False, "_GPUSERVE_TUNED": {}, "_GPUSERVE_TUNED_READ": []}
         exec("\n".join([top_level(added(SPLITK, "_GPUSERVE_GEMV_CONFIGS = {")),

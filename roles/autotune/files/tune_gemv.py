@@ -21,8 +21,8 @@ import time
 
 FORMAT = 1
 SCREEN = {"replays": 10, "repeats": 3}
-FINAL = {"replays": 20, "repeats": 5, "best": 4}
-FINAL_TIMES = {"replays": FINAL["replays"], "repeats": FINAL["repeats"]}
+FINAL = {"replays": 20, "repeats": 5}
+FINALISTS = 4  # the fastest of the screen, timed again with FINAL
 KEEP_VLLM_WITHIN = 0.02  # the GEMV must be faster than vLLM's kernel by more than this, or the shape keeps vLLM's
 
 
@@ -134,7 +134,7 @@ def tune_shape(torch, fm, n, k, calls, sms, l2):
 
     fm._GPUSERVE_GEMV_ON = False  # the op's unpatched path: flashinfer's swap-AB at one token
     try:
-        vllm_us = timed(torch, vllm_calls(), **FINAL_TIMES)
+        vllm_us = timed(torch, vllm_calls(), **FINAL)
     finally:
         fm._GPUSERVE_GEMV_ON = True
     built_in = fm._GPUSERVE_GEMV_CONFIGS.get((n, k))
@@ -150,10 +150,10 @@ def tune_shape(torch, fm, n, k, calls, sms, l2):
             if failed <= 3:
                 log("%dx%d %s: %s" % (n, k, cfg, str(e).splitlines()[0][:200] if str(e) else type(e).__name__))
     screened.sort()
-    finalists = [cfg for _us, cfg in screened[:FINAL["best"]]]
+    finalists = [cfg for _us, cfg in screened[:FINALISTS]]
     if built_in and built_in not in finalists and any(c == built_in for _u, c in screened):
         finalists.append(built_in)
-    final = [(timed(torch, gemv_calls(cfg), **FINAL_TIMES), cfg) for cfg in finalists]
+    final = [(timed(torch, gemv_calls(cfg), **FINAL), cfg) for cfg in finalists]
     final.sort(key=lambda t: t[0]["median"])
     entry = {"calls": calls, "copies": copies, "tried": len(grid), "failed": failed, "vllm_us": vllm_us,
              "built_in": list(built_in) if built_in else None, "config": None, "gemv_us": None}
