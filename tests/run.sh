@@ -196,10 +196,19 @@ kill_tree() {  # kill_tree PID...: the processes and everything they started
 # why (pytest's short summary and assertion lines, molecule's failed task, ansible-test's ERROR: lines),
 # printed again before the phase lines - the log itself may be thousands of lines above.
 RECAP=$(mktemp)
+plain_log() {  # plain_log LOG: without colours and without molecule's box (its lines start "  │ ")
+  sed -E 's/\x1b\[[0-9;]*m//g; s/^ *│ ?//' "$1"
+}
 recap() {  # recap NAME LOG: what NAME's log says of its failure, kept for the summary
   { echo "--- ${1}"
-    grep -E '^(FAILED|ERROR) |^ERROR: |^E  |pytest collected no tests|^fatal: |^failed: |=== molecule .* failed' "$2" \
-      | cut -c1-400 | tail -n 60 || true; } >> "$RECAP"
+    plain_log "$2" | grep -E '^(FAILED|ERROR) |^ERROR: |^E  |pytest collected no tests|^fatal: |^failed: |=== molecule .* failed' \
+      | cut -c1-400 | tail -n 60 || true
+    # A molecule play ends at its first failure not rescued: the last failed task, with its message.
+    if grep -q '^=== molecule .* failed' "$2"; then
+      plain_log "$2" | awk '/^TASK \[/ {task = $0} /^(fatal|failed): / {n = NR; head = task; body = ""}
+        n && NR >= n && NR < n + 40 {body = body $0 "\n"} END {if (n) printf "the last failed task: %s\n%s", head, body}' \
+        | cut -c1-400 || true
+    fi; } >> "$RECAP"
 }
 
 MEASURED=$(mktemp)
