@@ -207,7 +207,7 @@ recap() {  # recap NAME LOG: what NAME's log says of its failure, kept for the s
     if grep -q '^=== molecule .* failed' "$2"; then
       plain_log "$2" | awk '/^TASK \[/ {task = $0} /^(fatal|failed): / {n = NR; head = task; body = ""}
         n && NR >= n && NR < n + 40 {body = body $0 "\n"} END {if (n) printf "the last failed task: %s\n%s", head, body}' \
-        | cut -c1-400 || true
+        | cut -c1-3000 || true
     fi; } >> "$RECAP"
 }
 
