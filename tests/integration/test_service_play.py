@@ -244,3 +244,85 @@ def test_a_process_answering_on_the_engines_port_is_never_said_live(service, doc
             or run.says("E_HEALTH [error] cpu1 %s-a: the engine container %s-a " % (prefix, prefix))), run
     assert run.says("is held by pid %d (" % os.getpid()), run
     assert containers(docker_host, prefix) == {}, "the failed container is removed"
+
+
+class DroppingUpstream(threading.Thread):
+    """An upstream that answers a connection's first request (keep-alive) and closes the connection on its second
+    after reading it, with no reply: what the front meets when an engine ends a kept connection as the front sends
+    a request on it. Records (connection, request line) of every request it read."""
+
+    def __init__(self):
+        threading.Thread.__init__(self, daemon=True)
+        import socket
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(8)
+        self.port = self.server.getsockname()[1]
+        self.requests = []
+
+    def run(self):
+        n = 0
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            n += 1
+            threading.Thread(target=self.serve, args=(conn, n), daemon=True).start()
+
+    def serve(self, conn, n):
+        import socket
+        reader = conn.makefile("rb")
+        for count in (1, 2):
+            line = reader.readline()
+            if not line:
+                break
+            length = 0
+            for header in iter(reader.readline, b"\r\n"):
+                name, _, value = header.decode().partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value)
+            reader.read(length)
+            self.requests.append((n, line.decode().split(" ")[1]))
+            if count == 2:
+                break
+            body = json.dumps({"id": "x", "object": "chat.completion", "model": "tiny", "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}).encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
+        reader.close()
+        conn.shutdown(socket.SHUT_RDWR)
+        conn.close()
+
+
+def test_a_post_on_a_kept_connection_the_engine_drops_is_sent_again_not_a_503(docker_host, tmp_path):
+    """The front (roles/front's configuration, nginx from the Debian root, one worker so that the kept connection
+    is the one reused) before an upstream that drops a kept connection under a POST: the client gets the reply,
+    sent on a new connection, not the front's 503."""
+    from front_alone import CLIENTS, Front
+    from ansible_collections.gpuserve.llm.plugins.module_utils import engines
+    upstream = DroppingUpstream()
+    upstream.start()
+    front = Front(docker_host, "gpuserve-test-dropping-front", 18114, "127.0.0.1:%d" % upstream.port,
+                  str(tmp_path / "front"), upstream_key=API_KEY, front_workers=1,
+                  front_routes=engines.PROFILES["llamacpp"]["front_routes"],
+                  front_media=engines.PROFILES["llamacpp"]["media_per_request"])
+    try:
+        chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+        def post():
+            try:
+                return 200, get(front.url + "/v1/chat/completions", CLIENTS["alice"], chat)
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+        answers = [post(), post()]
+        assert [status for status, _ in answers] == [200, 200], (answers, front.logs()[-2000:])
+        assert answers[1][1]["choices"][0]["message"]["content"] == "hi"
+        # The front's /health at its start opened connection 1; each POST went on the kept connection, was read
+        # and dropped there, and was sent again on a new one (the second request on each connection is dropped).
+        chat_path = "/v1/chat/completions"
+        assert upstream.requests == [(1, "/health"), (1, chat_path), (2, chat_path), (2, chat_path), (3, chat_path)], \
+            upstream.requests
+    finally:
+        front.stop()
+        upstream.server.close()
