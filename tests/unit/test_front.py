@@ -3,6 +3,7 @@ upstream is the route's own path with the internal key, and it holds digests of 
 Its behaviour against real requests is tested through a real nginx: the plays' fronts in the playbook tests
 (test_host_play), the body check before a vision engine in test_weights_play (tests/front_alone.py)."""
 import hashlib
+import json
 import os
 import re
 
@@ -181,3 +182,85 @@ def test_a_routers_front_lets_only_its_peers_ask_with_the_internal_key_for_its_w
     with open(os.path.join(ROOT, "roles", "front", "files", "front_auth.js")) as f:
         script = f.read()
     assert "function peer(r)" in script and "crypto.createHmac('sha256', key).update(PEERS)" in script
+
+
+# The front's folder and files in one call (plugins/modules/front_files.py), run as Ansible runs it.
+FRONT_FILES = os.path.join(ROOT, "plugins", "modules", "front_files.py")
+KEY = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg-k3yM4terial\n-----END PRIVATE KEY-----\n"
+
+
+def front_files(tmp_path, check=False, diff=False, **args):
+    import json
+    import subprocess
+    import sys
+    argfile = tmp_path / "args.json"
+    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check, _ansible_diff=diff)}))
+    out = subprocess.run([sys.executable, FRONT_FILES, str(argfile)], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections")), check=False)
+    return out.stdout, json.loads(out.stdout)
+
+
+def test_the_front_files_are_written_once_with_their_modes_and_the_key_is_never_shown(tmp_path):
+    import stat
+    folder, ca = tmp_path / "front" / "gpuserve-llm-front", tmp_path / "tls" / "ca.crt"
+    files = [{"path": "front.conf", "content": "events {}\n", "mode": "0600"},
+             {"path": "front_auth.js", "content": "export default {};\n"},
+             {"path": "front.key", "secret_content": KEY, "mode": "0600"},
+             {"path": str(ca), "content": "CA\n"}]
+    # Check mode: what would be written, nothing written.
+    text, would = front_files(tmp_path, check=True, diff=True, folder=str(folder), files=files)
+    assert would["changed"] and would["folder_changed"] and not folder.exists() and not ca.exists(), would
+    assert would["written"] == [str(folder / "front.conf"), str(folder / "front_auth.js"), str(folder / "front.key"),
+                                str(ca)]
+    text, made = front_files(tmp_path, diff=True, folder=str(folder), files=files)
+    assert made["changed"] and made["written"] == would["written"], made
+    assert (folder / "front.conf").read_text() == "events {}\n" and (folder / "front.key").read_text() == KEY
+    assert ca.read_text() == "CA\n"
+    modes = dict((p.name, stat.S_IMODE(p.stat().st_mode)) for p in [folder, folder / "front.conf",
+                                                                    folder / "front_auth.js", folder / "front.key", ca])
+    assert modes == {"gpuserve-llm-front": 0o700, "front.conf": 0o600, "front_auth.js": 0o644, "front.key": 0o600,
+                     "ca.crt": 0o644}
+    # The diff shows the configuration's text, never the key's; the arguments shown carry sizes and digests.
+    assert [d["after"] for d in made["diff"]][:1] == ["events {}\n"]
+    assert "k3yM4terial" not in text and "BEGIN PRIVATE KEY" not in text, text
+    assert "events {}" not in json.dumps(made["invocation"]), made["invocation"]
+    # A second run changes nothing and touches nothing.
+    before = dict((p.name, p.stat().st_mtime_ns) for p in folder.iterdir())
+    text, again = front_files(tmp_path, folder=str(folder), files=files)
+    assert not again["changed"] and again["written"] == [] and not again["folder_changed"], again
+    assert before == dict((p.name, p.stat().st_mtime_ns) for p in folder.iterdir())
+    assert sorted(os.listdir(str(folder))) == ["front.conf", "front.key", "front_auth.js"]  # no temporary file left
+
+
+def test_a_changed_file_a_changed_mode_and_files_no_longer_used_are_what_changes(tmp_path):
+    import stat
+    folder = tmp_path / "f"
+    files = [{"path": "front.conf", "content": "a\n", "mode": "0600"}, {"path": "front.crt", "content": "C\n"},
+             {"path": "front.key", "secret_content": KEY, "mode": "0600"}]
+    front_files(tmp_path, folder=str(folder), files=files)
+    (folder / "front.key").write_text("another key\n")
+    os.chmod(str(folder / "front.crt"), 0o666)
+    text, changed = front_files(tmp_path, diff=True, folder=str(folder), files=files[1:] + [
+        {"path": "front.conf", "content": "b\n", "mode": "0600"}], folder_mode="0711")
+    assert changed["written"] == [str(folder / n) for n in ("front.crt", "front.key", "front.conf")], changed
+    assert changed["folder_changed"] and stat.S_IMODE(folder.stat().st_mode) == 0o711
+    assert stat.S_IMODE((folder / "front.crt").stat().st_mode) == 0o644 and (folder / "front.key").read_text() == KEY
+    assert "another key" not in text and "k3yM4terial" not in text, text
+    # llm_tls turned off: the certificate and key go, the configuration stays.
+    text, off = front_files(tmp_path, folder=str(folder), folder_mode="0711",
+                            files=[{"path": "front.conf", "content": "b\n", "mode": "0600"}],
+                            absent=["front.crt", "front.key", "never-there"])
+    assert off["changed"] and off["removed"] == [str(folder / "front.crt"), str(folder / "front.key")], off
+    assert sorted(os.listdir(str(folder))) == ["front.conf"]
+
+
+def test_a_file_that_cannot_be_written_is_e_front_naming_it_and_a_bad_mode_is_e_config(tmp_path):
+    folder = tmp_path / "f"
+    folder.mkdir(mode=0o700)
+    (folder / "front.conf").mkdir()  # a folder where the file goes
+    text, failed = front_files(tmp_path, folder=str(folder), files=[{"path": "front.conf", "content": "x\n"}])
+    assert failed["failed"] and failed["msg"].startswith("E_FRONT: the front's file %s could not be written"
+                                                         % (folder / "front.conf")), failed
+    text, bad = front_files(tmp_path, folder=str(folder), files=[{"path": "a", "content": "x\n", "mode": "rw"}])
+    assert bad["failed"] and bad["msg"] == "E_CONFIG: mode of %s is 'rw'; allowed: an octal mode such as 0644" % (
+        folder / "a"), bad
