@@ -190,16 +190,17 @@ def main():
                   scratch="")
     scratch = None
     try:
+        missing, absent = _missing(module, path, p["packages"])
+        result.update(installed=missing, created=absent, changed=bool(missing or absent))
+        if not result["changed"]:
+            module.exit_json(**result)
+        # Asked only when something is to be made (an interpreter's start less on every run of every host).
         python = module.get_bin_path(p["python"]) or p["python"]
         try:
             _run(module, [python, "-c", "import venv, ensurepip"])
         except VenvError as e:
             raise VenvError("%s cannot make a virtualenv (Debian/Ubuntu: install python3-venv): %s"
                             % (p["python"], e), e.result)
-        missing, absent = _missing(module, path, p["packages"])
-        result.update(installed=missing, created=absent, changed=bool(missing or absent))
-        if not result["changed"]:
-            module.exit_json(**result)
         if module.check_mode:
             if p["scratch_in_check_mode"]:
                 scratch = tempfile.mkdtemp(prefix="gpuserve-check-venv-")

@@ -54,3 +54,22 @@ def test_a_folder_without_wheels_is_e_venv_naming_it(tmp_path):
     result = run(tmp_path, src=str(empty), dest=str(tmp_path / "w.tar"))
     assert result["failed"] and result["msg"].startswith("E_VENV: the wheelhouse %s holds no wheels" % empty)
     assert result["finding"]["code"] == "E_VENV" and "host_venv_wheelhouse" in result["finding"]["fix"]
+
+
+def test_a_complete_virtualenv_answers_without_asking_the_python_that_would_make_one(tmp_path):
+    """python_venv on every run of every host: a virtualenv that holds the pinned packages is reported as it is,
+    the interpreter that makes one is asked only when something is missing (E_VENV then, naming it)."""
+    venv_module = os.path.join(ROOT, "plugins", "modules", "python_venv.py")
+
+    def venv(**args):
+        path = tmp_path / "venv-args.json"
+        path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+        out = subprocess.run([sys.executable, venv_module, str(path)], stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections")), check=False)
+        return json.loads(out.stdout)
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    have = venv(path=str(tmp_path / "venv"), packages=[], python="/nonexistent/python3")
+    assert not have.get("failed") and not have["changed"] and have["interpreter"] == str(tmp_path / "venv/bin/python")
+    missing = venv(path=str(tmp_path / "venv"), packages=["attrs==26.1.0"], python="/nonexistent/python3")
+    assert missing["failed"] and missing["msg"].startswith("E_VENV: /nonexistent/python3 cannot make a virtualenv"), missing
