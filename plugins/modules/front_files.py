@@ -184,7 +184,7 @@ def main():
             diffs.append(dict(before_header=path, after_header="%s (removed)" % path, before="(there)\n", after=""))
 
     result = dict(shown, changed=bool(folder_changed or plan or gone), folder_changed=folder_changed,
-                  written=[path for path, _, _ in plan], removed=gone)
+                  written=[step[0] for step in plan], removed=gone)
     if diffs:
         result["diff"] = diffs
     if not module.check_mode:
