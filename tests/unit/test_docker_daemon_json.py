@@ -2,25 +2,17 @@
 import json
 import os
 import stat
-import subprocess
-import sys
 
 import pytest
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import daemon_json
+from module_run import run_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODULE = os.path.join(ROOT, "plugins", "modules", "docker_daemon_json.py")
 NVIDIA = {"path": "nvidia-container-runtime", "args": []}
 
 
 def run(tmp_path, check=False, diff=False, **args):
-    argfile = tmp_path / "args.json"
-    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check,
-                                                               _ansible_diff=diff)}))
-    out = subprocess.run([sys.executable, MODULE, str(argfile)], stdout=subprocess.PIPE, text=True,
-                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections")), check=False)
-    return json.loads(out.stdout)
+    return run_module("docker_daemon_json", tmp_path, check, diff, **args)
 
 
 def test_merge_keeps_foreign_keys_and_other_runtimes_and_adds_ours(tmp_path):
@@ -117,7 +109,7 @@ def test_an_invalid_file_is_e_daemon_json_naming_it_and_never_overwritten(tmp_pa
     assert result["msg"].startswith("E_DAEMON_JSON: the Docker daemon's configuration %s is left as it is: %s"
                                     % (path, why)), result["msg"]
     assert result["finding"]["subject"] == str(path) and "never overwrites" in result["finding"]["fix"]
-    assert path.read_bytes() == before and sorted(os.listdir(str(tmp_path))) == ["args.json", "daemon.json"]
+    assert path.read_bytes() == before and sorted(os.listdir(str(tmp_path))) == ["daemon.json", "docker_daemon_json-args.json"]
 
 
 def test_an_unreadable_file_is_e_daemon_json(tmp_path):

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 
 import pytest
 import yaml
@@ -13,6 +14,7 @@ import yaml
 from ansible_collections.gpuserve.llm.plugins.module_utils import engines
 from ansible_collections.gpuserve.llm.plugins.module_utils.settings import load_specs, validate
 from front_alone import CLIENTS, render
+from module_run import run_module_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPECS = load_specs(ROOT)
@@ -185,23 +187,14 @@ def test_a_routers_front_lets_only_its_peers_ask_with_the_internal_key_for_its_w
 
 
 # The front's folder and files in one call (plugins/modules/front_files.py), run as Ansible runs it.
-FRONT_FILES = os.path.join(ROOT, "plugins", "modules", "front_files.py")
 KEY = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg-k3yM4terial\n-----END PRIVATE KEY-----\n"
 
 
 def front_files(tmp_path, check=False, diff=False, **args):
-    import json
-    import subprocess
-    import sys
-    argfile = tmp_path / "args.json"
-    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check, _ansible_diff=diff)}))
-    out = subprocess.run([sys.executable, FRONT_FILES, str(argfile)], stdout=subprocess.PIPE, text=True,
-                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections")), check=False)
-    return out.stdout, json.loads(out.stdout)
+    return run_module_text("front_files", tmp_path, check, diff, **args)
 
 
 def test_the_front_files_are_written_once_with_their_modes_and_the_key_is_never_shown(tmp_path):
-    import stat
     folder, ca = tmp_path / "front" / "gpuserve-llm-front", tmp_path / "tls" / "ca.crt"
     files = [{"path": "front.conf", "content": "events {}\n", "mode": "0600"},
              {"path": "front_auth.js", "content": "export default {};\n"},
@@ -236,7 +229,6 @@ def test_the_front_files_are_written_once_with_their_modes_and_the_key_is_never_
 
 
 def test_a_changed_file_a_changed_mode_and_files_no_longer_used_are_what_changes(tmp_path):
-    import stat
     folder = tmp_path / "f"
     files = [{"path": "front.conf", "content": "a\n", "mode": "0600"}, {"path": "front.crt", "content": "C\n"},
              {"path": "front.key", "secret_content": KEY, "mode": "0600"}]

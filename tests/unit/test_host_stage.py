@@ -14,6 +14,7 @@ import time
 import pytest
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import apt_plan, openpgp
+from module_run import run_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEYS = os.path.join(ROOT, "tests", "fixtures", "openpgp")
@@ -27,15 +28,6 @@ DEBIAN_STABLE = "/usr/share/keyrings/debian-archive-bookworm-stable.gpg"
 def key(name):
     with open(os.path.join(KEYS, name), "rb") as f:
         return f.read()
-
-
-def run_module(name, tmp_path, check=False, **args):
-    argfile = tmp_path / ("%s-args.json" % name)
-    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check)}))
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "plugins", "modules", name + ".py"), str(argfile)],
-                         stdout=subprocess.PIPE, text=True, check=False,
-                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections")))
-    return json.loads(out.stdout)
 
 
 def test_fingerprints_of_armored_ed25519_and_rsa_keys_are_gpgs():

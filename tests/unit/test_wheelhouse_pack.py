@@ -1,21 +1,14 @@
 """wheelhouse_pack: the workstation's one-tar copy of a wheelhouse, as the host_venv role uses it."""
-import json
 import os
 import subprocess
 import sys
 import tarfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODULE = os.path.join(ROOT, "plugins", "modules", "wheelhouse_pack.py")
+from module_run import run_module
 
 
 def run(tmp_path, **args):
-    check = args.pop("_check", False)
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check)}))
-    out = subprocess.run([sys.executable, MODULE, str(path)], stdout=subprocess.PIPE, text=True,
-                         env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections")), check=False)
-    return json.loads(out.stdout)
+    return run_module("wheelhouse_pack", tmp_path, check=args.pop("_check", False), **args)
 
 
 def wheelhouse(tmp_path):
@@ -59,17 +52,8 @@ def test_a_folder_without_wheels_is_e_venv_naming_it(tmp_path):
 def test_a_complete_virtualenv_answers_without_asking_the_python_that_would_make_one(tmp_path):
     """python_venv on every run of every host: a virtualenv that holds the pinned packages is reported as it is,
     the interpreter that makes one is asked only when something is missing (E_VENV then, naming it)."""
-    venv_module = os.path.join(ROOT, "plugins", "modules", "python_venv.py")
-
-    def venv(**args):
-        path = tmp_path / "venv-args.json"
-        path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-        out = subprocess.run([sys.executable, venv_module, str(path)], stdout=subprocess.PIPE, text=True,
-                             env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".collections")), check=False)
-        return json.loads(out.stdout)
-
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
-    have = venv(path=str(tmp_path / "venv"), packages=[], python="/nonexistent/python3")
+    have = run_module("python_venv", tmp_path, path=str(tmp_path / "venv"), packages=[], python="/nonexistent/python3")
     assert not have.get("failed") and not have["changed"] and have["interpreter"] == str(tmp_path / "venv/bin/python")
-    missing = venv(path=str(tmp_path / "venv"), packages=["attrs==26.1.0"], python="/nonexistent/python3")
+    missing = run_module("python_venv", tmp_path, path=str(tmp_path / "venv"), packages=["attrs==26.1.0"], python="/nonexistent/python3")
     assert missing["failed"] and missing["msg"].startswith("E_VENV: /nonexistent/python3 cannot make a virtualenv"), missing
