@@ -106,7 +106,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuserve.llm.plugins.module_utils.atomic_file import replacing
+from ansible_collections.gpuserve.llm.plugins.module_utils.atomic_file import write_bytes
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
 
 SECRET_NOT_SHOWN = "(a secret: its content is not shown)\n"
@@ -195,9 +195,7 @@ def main():
             if stat.S_IMODE(os.stat(folder).st_mode) != folder_mode:
                 os.chmod(folder, folder_mode)
             for doing, data, mode in plan:
-                with replacing(doing, mode) as tmp:
-                    with open(tmp, "wb") as f:
-                        f.write(data)
+                write_bytes(doing, data, mode)
             for doing in gone:
                 os.unlink(doing)
         except (IOError, OSError) as e:
