@@ -8,6 +8,7 @@ import datetime
 import ipaddress
 import json
 import os
+import socket
 import ssl
 import threading
 import urllib.error
@@ -253,7 +254,6 @@ class DroppingUpstream(threading.Thread):
 
     def __init__(self):
         threading.Thread.__init__(self, daemon=True)
-        import socket
         self.server = socket.socket()
         self.server.bind(("127.0.0.1", 0))
         self.server.listen(8)
@@ -271,7 +271,6 @@ class DroppingUpstream(threading.Thread):
             threading.Thread(target=self.serve, args=(conn, n), daemon=True).start()
 
     def serve(self, conn, n):
-        import socket
         reader = conn.makefile("rb")
         for count in (1, 2):
             line = reader.readline()
