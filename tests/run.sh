@@ -150,12 +150,15 @@ start_background() {  # start_background STREAM [NICENESS]: its phases, one afte
   BG_DIR[$1]=$dir
   (
     renice -n "$niceness" -p "$BASHPID" >/dev/null
+    # Each phase runs even after one failed: one CI run names every failure, not the first one only.
+    first_rc=0
     for i in "${!names[@]}"; do
       start=$SECONDS rc=0
       eval "${cmds[$i]}" > "$dir/$i.log" 2>&1 || rc=$?
       echo "$rc $((SECONDS - start))" > "$dir/$i.rc"
-      [[ $rc == 0 ]] || exit "$rc"
+      [[ $first_rc != 0 ]] || first_rc=$rc
     done
+    exit "$first_rc"
   ) &
   BG_PID[$1]=$!
   listed=$(printf '%s; ' "${names[@]}")
@@ -202,7 +205,10 @@ plain_log() {  # plain_log LOG: without colours and without molecule's box (its 
 recap() {  # recap NAME LOG: what NAME's log says of its failure, kept for the summary
   { echo "--- ${1}"
     plain_log "$2" | grep -E '^(FAILED|ERROR) |^ERROR: |^E  |pytest collected no tests|^fatal: |^failed: |=== molecule .* failed' \
-      | cut -c1-400 | tail -n 60 || true
+      | cut -c1-400 | tail -n 60 > "$RECAP.lines" || true
+    # A phase whose failure has none of those forms (a script's own message, ansible-lint's rules): its last lines.
+    if [[ -s $RECAP.lines ]]; then cat "$RECAP.lines"; else plain_log "$2" | tail -n 15 | cut -c1-400; fi
+    rm -f "$RECAP.lines"
     # A molecule play ends at its first failure not rescued: the last failed task, with its message.
     if grep -q '^=== molecule .* failed' "$2"; then
       plain_log "$2" | awk '/^TASK \[/ {task = $0} /^(fatal|failed): / {n = NR; head = task; body = ""}

@@ -28,9 +28,10 @@ if tar -tzf "$TARBALL" | grep -E \
     '^(\.collections|\.work|\.venv[^/]*|\.whl|\.pytest_cache|tests/output|tests/gpu/[^/]+)/|(^|/)(\.gpuserve|reports|logs)/|\.whl$'; then
   echo "the tarball carries the paths above: galaxy.yml's build_ignore must keep them out" >&2; exit 1
 fi
-# 451 KiB measured on 2026-12-01 (a clean tree); 1 MiB leaves room to grow, and one cached image
-# (the llama.cpp root made a 99 MB tarball) or a run's logs go far past it.
-MAX_KIB=1024
+# 451 KiB measured on 2026-12-01 (a clean tree), 1,026 KiB on 2026-12-05 (the tests and their engine-help
+# fixtures grew); 2 MiB leaves room to grow, and one cached image (the llama.cpp root made a 99 MB
+# tarball) or a run's logs go far past it.
+MAX_KIB=2048
 if (( SIZE_KIB > MAX_KIB )); then
   echo "the tarball is $SIZE_KIB KiB, more than $MAX_KIB KiB: what is in it that the collection does not need?" >&2
   tar -tzvf "$TARBALL" | sort -k3 -n | tail -5 >&2
