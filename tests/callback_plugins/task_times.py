@@ -1,7 +1,7 @@
 # TEST PLUMBING (not the collection's): where the test command's playbook time goes, task by task.
 """Appends one JSON line per task to the file $GPUSERVE_TASK_TIMES: the task's name (with its role), the
-play's, its wall time (from its start to the next task's or the play's end, all hosts together) and the run
-(ansible-playbook's process id).
+play's, its wall time (from its start to the next task's or the play's end, all hosts together), when it
+started (epoch seconds: a run's timeline beside the test's own steps) and the run (ansible-playbook's process id).
 tests/task_times.py sums them over a test run. Enabled by tests/run.sh and tests/integration/conftest.py
 (ANSIBLE_CALLBACKS_ENABLED=task_times); a run without the variable writes nothing."""
 from __future__ import annotations
@@ -29,18 +29,18 @@ class CallbackModule(CallbackBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._path = os.environ.get("GPUSERVE_TASK_TIMES")
-        self._current = None  # (name, play, started)
+        self._current = None  # (name, play, started, at)
         self._play = ""
 
     def _close(self):
         if self._current is None or not self._path:
             self._current = None
             return
-        name, play, started = self._current
+        name, play, started, at = self._current
         self._current = None
         with open(self._path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"task": name, "play": play, "s": round(time.monotonic() - started, 3),
-                                "run": os.getpid()}) + "\n")
+                                "at": round(at, 1), "run": os.getpid()}) + "\n")
 
     def v2_playbook_on_play_start(self, play):
         self._close()
@@ -48,7 +48,7 @@ class CallbackModule(CallbackBase):
 
     def _start(self, task):
         self._close()
-        self._current = (task.get_name(), self._play, time.monotonic())  # the name has its role before it
+        self._current = (task.get_name(), self._play, time.monotonic(), time.time())  # the name has its role before it
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._start(task)
