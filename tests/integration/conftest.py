@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -229,22 +230,29 @@ class Fleet:
 
     def run(self, playbook="site.yml", *args, **extra_env):
         argv, env = self._command(playbook, args, extra_env)
-        started = time.monotonic()
+        started, cpu = time.monotonic(), children_cpu()
         proc = subprocess.run(argv, cwd=str(self.dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=600, check=False)
-        return Result(proc, self.dir, timed=(started, [playbook] + list(args)))
+        return Result(proc, self.dir, timed=(started, [playbook] + list(args), cpu))
 
     def start(self, playbook="site.yml", *args, **extra_env):
         """The playbook in the background (to act on the hosts while it runs); finish() waits for it."""
         argv, env = self._command(playbook, args, extra_env)
         proc = subprocess.Popen(argv, cwd=str(self.dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
-        proc.timed = (time.monotonic(), [playbook] + list(args))
+        proc.timed = (time.monotonic(), [playbook] + list(args), children_cpu())
         return proc
 
     def finish(self, proc):
         proc.stdout = proc.communicate(timeout=600)[0]
         return Result(proc, self.dir, timed=proc.timed)
+
+
+def children_cpu():
+    """CPU seconds of this process's ended children (a run's ansible-playbook with its workers and ssh clients;
+    a thread's commands that end meanwhile count too): a run's share of the machine."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def _shown(args):
@@ -270,9 +278,11 @@ def pytest_terminal_summary(terminalreporter):
     if not PLAYBOOK_TIMES:
         return
     total = sum(t[0] for t in PLAYBOOK_TIMES)
-    terminalreporter.section("playbook runs: %d, %.0f s in all; the slowest" % (len(PLAYBOOK_TIMES), total))
-    for seconds, test, args in sorted(PLAYBOOK_TIMES, reverse=True)[:30]:
-        terminalreporter.write_line("%7.1f s  %-48s %s" % (seconds, test[:48], args))
+    terminalreporter.section("playbook runs: %d, %.0f s and %.0f s of this machine's CPU in all; the slowest"
+                             % (len(PLAYBOOK_TIMES), total, sum(t[3] for t in PLAYBOOK_TIMES)))
+    terminalreporter.write_line("   wall    CPU (the workstation's side: ansible-playbook, its workers, ssh)  output")
+    for seconds, test, args, cpu, size in sorted(PLAYBOOK_TIMES, reverse=True)[:30]:
+        terminalreporter.write_line("%7.1f s %6.1f s %5d KiB  %-48s %s" % (seconds, cpu, size // 1024, test[:48], args))
     terminalreporter.section("the tasks that took the most wall time over those runs")
     for line in task_times.summary([os.environ["GPUSERVE_TASK_TIMES"]], top=40):
         terminalreporter.write_line(line)
@@ -282,7 +292,8 @@ class Result:
     def __init__(self, proc, workdir, timed=None):
         if timed is not None:  # (started, what ran)
             test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[-1].split(" ")[0]
-            PLAYBOOK_TIMES.append((time.monotonic() - timed[0], test, _shown(timed[1])))
+            PLAYBOOK_TIMES.append((time.monotonic() - timed[0], test, _shown(timed[1]), children_cpu() - timed[2],
+                                   len(proc.stdout or "")))
         self.rc = proc.returncode
         self.output = proc.stdout
         self.workdir = workdir

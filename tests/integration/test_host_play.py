@@ -53,8 +53,8 @@ from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_t
 from ansible_collections.gpuserve.llm.plugins.module_utils.port_owner import listeners
 import front_fuzz
 from fleet_client import HeldOnLeave, StreamLoad, multiturn, one_host_per_conversation, share, tls_context, trust, untrust
-from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, docker, files_text, find_secrets, host_requirements,
-                      measured, vaulted, vaulted_dict)
+from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, children_cpu, docker, files_text, find_secrets,
+                      host_requirements, measured, vaulted, vaulted_dict)
 from outsider import Outsider
 from ssh_hosts import HostNetworks, SSHHosts
 # repo_dir is the stand-in hub's fixture, used by name.
@@ -272,11 +272,11 @@ class HostFleet(object):
         env.pop("NVML_REPLAY_SCENARIO", None)
         argv = [os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, playbook), "-i",
                 str(self.workdir / "hosts.yml")] + self.args + list(args)
-        started = time.monotonic()
+        started, cpu = time.monotonic(), children_cpu()
         proc = subprocess.run(argv, cwd=str(self.workdir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=900, check=False)
         self.runs.append((" ".join([playbook] + list(args)),
-                          Result(proc, self.workdir, timed=(started, [playbook] + list(args)))))
+                          Result(proc, self.workdir, timed=(started, [playbook] + list(args), cpu))))
         return self.runs[-1][1]
 
 
