@@ -80,6 +80,26 @@ def docker_findings(result, docker_host, needs_gpu_runtime, checked=True):
     return []
 
 
+# The labels the image stage gives the engine images it makes: llama.cpp from Debian's packages, a pulled
+# image derived with the patch series, an image built at a commit.
+ENGINE_IMAGE_LABELS = ("gpuserve.llm.llama-cpp-tools", "gpuserve.llm.base", "gpuserve.llm.commit")
+
+
+def engine_image_bytes(result, image=""):
+    """The bytes of the engine image the host holds already, for the disk budget at Docker's data root: the
+    largest of the engine images the collection made (ENGINE_IMAGE_LABELS; the front's and the router's are not
+    engines) and the one `image` (llm_image) names; 0 when there is none, or the daemon did not answer. Asked of
+    the daemon (docker_host_info's verbose image list), not walked: a data root holds hundreds of thousands of
+    files, and other images are no room for this one."""
+    sizes = [0]
+    for listed in (result or {}).get("images") or []:
+        labels = listed.get("Labels") or {}
+        names = (listed.get("RepoTags") or []) + (listed.get("RepoDigests") or [])
+        if any(key in labels for key in ENGINE_IMAGE_LABELS) or (image and image in names):
+            sizes.append(int(listed.get("Size") or 0))
+    return max(sizes)
+
+
 def p2p_matrix(pairs):
     """Peer access as a grid, rows = from, columns = to: OK, NO (not OK), ? (NVML could not answer)."""
     mark = {"ok": "OK", "not_ok": "NO", "unknown": "?"}
@@ -100,4 +120,5 @@ class FilterModule(object):
             "preflight_status": preflight_status,
             "p2p_matrix": p2p_matrix,
             "docker_findings": docker_findings,
+            "engine_image_bytes": engine_image_bytes,
         }

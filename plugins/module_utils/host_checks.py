@@ -233,21 +233,25 @@ def _mount_point(path):
 def check_disk(budget):
     """E_DISK per filesystem where what is still to be written does not fit.
 
-    `budget`: [{"what", "path", "gib"}]. What a path already holds counts against the budgets
-    at that path, so a host that has the weights already needs no room for them again.
+    `budget`: [{"what", "path", "gib", optional "present_bytes"}]. What a path already holds counts against the
+    budgets at that path, so a host that has the weights already needs no room for them again: the bytes under
+    it, or an item's `present_bytes` where the caller knows better than a walk (Docker's data root: the engine
+    image's size, from the daemon).
     """
     paths = {}
     for item in budget:
-        entry = paths.setdefault(item["path"], {"what": [], "gib": 0.0})
+        entry = paths.setdefault(item["path"], {"what": [], "gib": 0.0, "present": None})
         entry["what"].append(item["what"])
         entry["gib"] += item["gib"]
+        if item.get("present_bytes") is not None:
+            entry["present"] = (entry["present"] or 0) + int(item["present_bytes"])
     filesystems = {}
     for path, entry in paths.items():
         anchor = _existing(path)
         fs = filesystems.setdefault(os.stat(anchor).st_dev, {"mount": _mount_point(anchor), "items": [], "need": 0})
         vfs = os.statvfs(anchor)
         fs["free"] = vfs.f_bavail * vfs.f_frsize
-        have = _du(path)
+        have = _du(path) if entry["present"] is None else entry["present"]
         need = max(0, int(entry["gib"] * GIB) - have)
         fs["need"] += need
         fs["items"].append({"what": " + ".join(entry["what"]), "path": path, "budget_gib": entry["gib"],

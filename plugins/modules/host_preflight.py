@@ -60,7 +60,10 @@ options:
     type: path
     default: /var/run/docker.sock
   disk_budget:
-    description: What the later stages will write, as C(what), C(path) and C(gib); summed per filesystem.
+    description:
+      - What the later stages will write, as C(what), C(path) and C(gib); summed per filesystem.
+      - What a path holds already counts against its budget - the bytes under it, or an item's C(present_bytes)
+        where the caller knows it without a walk of the path (Docker's data root - the engine image's size).
     type: list
     elements: dict
     default: []
@@ -165,7 +168,8 @@ def main():
     for item in p["disk_budget"]:
         if not item.get("path") or item.get("gib") is None:
             module.fail_json(msg="E_CONFIG: each disk_budget item needs path and gib: %r" % (item,))
-        budget.append({"what": item.get("what", item["path"]), "path": item["path"], "gib": float(item["gib"])})
+        budget.append({"what": item.get("what", item["path"]), "path": item["path"], "gib": float(item["gib"]),
+                       "present_bytes": None if item.get("present_bytes") in (None, "") else int(item["present_bytes"])})
     disk_findings, disk = host_checks.check_disk(budget)
     findings += disk_findings
 

@@ -58,6 +58,29 @@ def test_docker_findings():
                                    "PermissionError(13, 'Permission denied'))"}, sock, True) == []
 
 
+def test_the_engine_image_already_on_the_host_is_its_size_from_the_daemon():
+    """The disk budget's present bytes at Docker's data root: the largest engine image the collection made (or the
+    one llm_image names), never the front's, the router's or someone else's image."""
+    from ansible_collections.gpuserve.llm.plugins.filter.findings import engine_image_bytes
+    images = [
+        {"RepoTags": ["gpuserve/llama.cpp:1-0.7.0-dfsg-2"], "Size": 165_000_000,
+         "Labels": {"gpuserve.llm.source": "debian bookworm", "gpuserve.llm.llama-cpp-tools": "0.7.0-dfsg-2"}},
+        {"RepoTags": ["gpuserve/front:1.30.6-2"], "Size": 900_000_000, "Labels": {"gpuserve.llm.source": "debian"}},
+        {"RepoTags": ["gpuserve/vllm-router:0.1.17"], "Size": 800_000_000,
+         "Labels": {"gpuserve.llm.source": "debian", "gpuserve.llm.vllm-router": "0.1.17"}},
+        {"RepoTags": ["postgres:16"], "Size": 5_000_000_000, "Labels": None},
+    ]
+    assert engine_image_bytes({"images": images}) == 165_000_000
+    derived = {"RepoTags": ["gpuserve/vllm:0.26.0-p1"], "Size": 21_000_000_000, "Labels": {"gpuserve.llm.base": "x"}}
+    assert engine_image_bytes({"images": images + [derived]}) == 21_000_000_000
+    pulled = {"RepoTags": [], "RepoDigests": ["vllm/vllm-openai@sha256:" + "a" * 64], "Size": 19_000_000_000}
+    assert engine_image_bytes({"images": images + [pulled]}, "vllm/vllm-openai@sha256:" + "a" * 64) == 19_000_000_000
+    assert engine_image_bytes({"images": images + [pulled]}, "vllm/vllm-openai:v0.26.0") == 165_000_000
+    # The daemon did not answer, or the check was skipped (no collection virtualenv): nothing is there.
+    assert engine_image_bytes({"failed": True, "msg": "no answer"}) == 0
+    assert engine_image_bytes({"skipped": True}, "") == 0
+
+
 def test_every_filter_has_its_own_documentation_page():
     """ansible-doc -t filter gpuserve.llm.<name> shows that filter's page, for every filter of every file."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -135,6 +135,21 @@ def test_disk_budgets_sharing_a_path_are_added_and_the_present_bytes_counted_onc
     assert item["need_gib"] == pytest.approx(0.004 - 2 / 1024.0, abs=0.0005)
 
 
+def test_present_bytes_given_by_the_caller_stand_for_a_walk_of_the_path(tmp_path):
+    """Docker's data root: the engine image's size from the daemon counts as present, not the files under the
+    folder (every image's, walked file by file)."""
+    root = tmp_path / "docker"
+    root.mkdir()
+    (root / "layer").write_bytes(os.urandom(3 * 1024 * 1024))  # another image's files: no room for this one
+    item = {"what": "engine image", "path": str(root), "gib": 0.004}
+    walked = host_checks.check_disk([item])[1][0]["items"][0]
+    assert walked["present_gib"] >= 0.0029
+    given = host_checks.check_disk([dict(item, present_bytes=0)])[1][0]["items"][0]
+    assert given["present_gib"] == 0 and given["need_gib"] == pytest.approx(0.004)
+    image = host_checks.check_disk([dict(item, present_bytes=1024 * 1024)])[1][0]["items"][0]
+    assert image["need_gib"] == pytest.approx(0.004 - 1 / 1024.0, abs=0.0001)
+
+
 def test_a_host_check_skipped_for_want_of_data_says_what_and_why(tmp_path):
     """Issue 38 item 4: a port check with no /proc/net/tcp to read, an IOMMU check with the GPU missing from
     sysfs (one GPU: no ACS check to say it) are W_CHECK_SKIPPED naming the check and why, never a pass."""
