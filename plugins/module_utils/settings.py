@@ -807,6 +807,20 @@ TEMPLATE_GLOBALS = frozenset(("range", "dict", "lipsum", "cycler", "joiner", "na
                               "now", "undef", "true", "false", "none", "True", "False", "None", "omit"))
 
 
+def _any_filter(value, *_args, **_kwargs):
+    return value
+
+
+class _AnyName(dict):
+    """Filters or tests by name for references(): every name is known (what it does does not matter there)."""
+
+    def __contains__(self, name):
+        return True
+
+    def get(self, name, default=None):
+        return dict.get(self, name, _any_filter)
+
+
 def references(value):
     """The variables a value's templates read ({{ llm_data_dir }}/hf reads llm_data_dir; llm_settings.llm_context
     reads llm_settings and llm_context), in lists and mappings too; () for a value with no template."""
@@ -818,11 +832,15 @@ def references(value):
         return set().union(*[references(v) for v in value]) if value else set()
     if not isinstance(value, str) or ("{{" not in value and "{%" not in value):
         return set()
+    # Any filter or test name passes: meta's walk asks the environment for each, and a plain Environment knows
+    # neither Ansible's nor a collection's (gpuserve.llm.engine_image_bytes).
+    environment = Environment()
+    environment.filters, environment.tests = _AnyName(environment.filters), _AnyName(environment.tests)
     try:
-        tree = Environment().parse(str(value))
+        tree = environment.parse(str(value))
+        names = set(meta.find_undeclared_variables(tree))
     except Exception:  # a template Jinja cannot read: it fails when rendered, and is named then
         return set()
-    names = set(meta.find_undeclared_variables(tree))
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
         if isinstance(node.node, nodes.Name) and node.node.name == TYPED:
             key = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)

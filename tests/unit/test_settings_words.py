@@ -96,6 +96,9 @@ def test_references_are_what_a_template_reads():
     assert references("{{ llm_settings['llm_parallel'] }}") == {"llm_settings", "llm_parallel"}
     assert references([{"path": "{{ a }}", "gib": "{{ b | int }}"}]) == {"a", "b"}
     assert references("plain") == set() and references(3) == set() and references("{{ broken") == set()
+    # A collection's or Ansible's filters and tests, which a plain Jinja environment does not know
+    assert references("{{ d | default({}) | gpuserve.llm.engine_image_bytes(llm_image) }}") == {"d", "llm_image"}
+    assert references("{{ a if b is ansible.builtin.match('x') else c | ansible.builtin.to_json }}") == {"a", "b", "c"}
 
 
 # The roles' defaults as a play holds them (every role's defaults/main.yml), rendered by Ansible's own templar
