@@ -581,3 +581,87 @@ def test_a_router_host_that_returns_serves_the_workers_its_peer_serves_not_only_
         assert sorted(router.workers) == [w1, w2]
     finally:
         peer.close()
+
+
+def _check_module():
+    """The check script as a module (its HTTP in a few lines, not http.client: keepalived starts it each second)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("router_vrrp_check", CHECK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _one_answer(listener, answer, pause=0.0):
+    """Serves one connection on `listener`: reads the request, sends `answer` (bytes, or a list sent apart with
+    `pause` between), closes."""
+    import threading
+
+    def serve():
+        conn, _ = listener.accept()
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += conn.recv(4096)
+        served.append(request)
+        for part in answer if isinstance(answer, list) else [answer]:
+            conn.sendall(part)
+            time.sleep(pause)
+        conn.close()
+    served = []
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return served, thread
+
+
+def test_the_checks_http_reads_chunked_and_sized_answers_and_refuses_cut_or_foreign_ones(tmp_path):
+    import socket
+    check = _check_module()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        url = "http://127.0.0.1:%d/list_workers" % listener.getsockname()[1]
+        body = json.dumps({"urls": ["http://10.0.0.%d:28020" % n for n in range(200)]}).encode()
+        # Chunked, as Go's net/http sends an answer it does not size (Docker's inspect), in parts apart in time
+        chunked = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(body[i:i + 700]), body[i:i + 700])
+                           for i in range(0, len(body), 700)) + b"0\r\n\r\n"
+        parts = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n",
+                 chunked[:1000], chunked[1000:]]
+        served, thread = _one_answer(listener, parts, pause=0.05)
+        assert check.ask(url) == (200, body.decode())
+        thread.join()
+        assert served[0].startswith(b"GET /list_workers HTTP/1.1\r\n") and b"Connection: close" in served[0]
+        # Sized by Content-Length; a POST says its empty body's length
+        served, thread = _one_answer(listener, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA")
+        assert check.ask(url.replace("list_workers", "add_worker?url=x"), "POST") == (200, "ok")
+        thread.join()
+        assert served[0].startswith(b"POST /add_worker?url=x HTTP/1.1") and b"Content-Length: 0" in served[0]
+        # Another status is HTTPStatusError, with the status
+        _one_answer(listener, b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+        with pytest.raises(check.HTTPStatusError) as raised:
+            check.ask(url)
+        assert raised.value.code == 503
+        # An answer cut short, a chunked one cut, and one that is no HTTP: OSError, never a partial body
+        for answer in (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort",
+                       b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nonly some",
+                       b"SSH-2.0-OpenSSH_9.2\r\n\r\n"):
+            _one_answer(listener, answer)
+            with pytest.raises(OSError):
+                check.ask(url)
+    # Nothing listening: OSError naming the URL
+    with pytest.raises(OSError, match="127.0.0.1"):
+        check.ask(url, timeout=1)
+
+
+def test_the_checks_docker_calls_read_a_chunked_answer_on_the_unix_socket(tmp_path):
+    import socket
+    check = _check_module()
+    path = str(tmp_path / "docker.sock")
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(path)
+        listener.listen(1)
+        inspect = json.dumps({"State": {"Running": True, "StartedAt": "2026-12-05T10:00:00Z"}, "Pad": "x" * 5000})
+        body = inspect.encode()
+        _one_answer(listener, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+                    % (len(body), body))
+        assert check.running_since({"docker": "unix://" + path}, "gpuserve-router") == "2026-12-05T10:00:00Z"
+    # A daemon that does not answer is a Doubt (the check cannot tell), not a verdict
+    with pytest.raises(check.Doubt):
+        check.running_since({"docker": "unix://" + path}, "gpuserve-router")
