@@ -137,19 +137,23 @@ def test_a_wrong_fingerprint_stops_before_anything_is_written(tmp_path):
 
 
 class EngineAPI(object):
-    """A stand-in for the Docker Engine API on a unix socket: /info, /containers/json, /images/json,
-    answering from self.info, self.containers, self.images (a test double of dockerd's answers)."""
+    """A stand-in for the Docker Engine API on a unix socket: /info, /containers/json, /images/json and
+    /containers/NAME/json, answering from self.info, self.containers, self.images, self.inspected (a test double of
+    dockerd's answers)."""
 
     def __init__(self, path):
         self.info = {"LiveRestoreEnabled": False, "DockerRootDir": "/var/lib/docker", "Runtimes": {"runc": {}},
                      "ServerVersion": "20.10.24+dfsg1"}
-        self.containers, self.images = [], []
+        self.containers, self.images, self.inspected = [], [], {}
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
+                path = self.path.split("?")[0]
                 body = {"/info": api.info, "/containers/json": api.containers,
-                        "/images/json": api.images}.get(self.path.split("?")[0])
+                        "/images/json": api.images}.get(path)
+                if path.startswith("/containers/") and path.endswith("/json") and path != "/containers/json":
+                    body = api.inspected.get(path[len("/containers/"):-len("/json")])
                 data = json.dumps(body).encode()
                 self.send_response(200 if body is not None else 404)
                 self.send_header("Content-Length", str(len(data)))
@@ -241,3 +245,19 @@ def test_a_reload_is_a_sighup_to_dockerds_pid_and_the_configuration_is_waited_fo
     finally:
         child.send_signal(signal.SIGTERM)
         child.wait()
+
+
+def test_the_slots_inspect_is_one_module_run_with_a_null_for_a_slot_that_holds_none(engine, tmp_path):
+    """gpuserve.llm.container_inspect (the service stage's two slots): each name's inspect document in order, null
+    for a name the daemon does not know; a daemon that does not answer is E_DOCKER naming it."""
+    api, host = engine
+    serving = {"Id": "b" * 64, "State": {"Running": True}, "Config": {"Env": ["LLAMA_API_KEY=k"],
+                                                                       "Labels": {"gpuserve.llm.config": "c" * 16}}}
+    api.inspected = {"gpuserve-llm-b": serving}
+    result = run_module("container_inspect", tmp_path, names=["gpuserve-llm-a", "gpuserve-llm-b"], docker_host=host)
+    assert not result.get("failed") and not result["changed"], result
+    assert result["containers"] == [None, serving]
+    gone = run_module("container_inspect", tmp_path, names=["gpuserve-llm-a"],
+                      docker_host="unix://" + str(tmp_path / "none.sock"))
+    assert gone["failed"] and gone["finding"]["code"] == "E_DOCKER", gone
+    assert gone["finding"]["subject"] == "unix://" + str(tmp_path / "none.sock")
