@@ -251,8 +251,8 @@ def test_the_slots_inspect_is_one_module_run_with_a_null_for_a_slot_that_holds_n
     """gpuserve.llm.container_inspect (the service stage's two slots): each name's inspect document in order, null
     for a name the daemon does not know; a daemon that does not answer is E_DOCKER naming it."""
     api, host = engine
-    serving = {"Id": "b" * 64, "State": {"Running": True}, "Config": {"Env": ["LLAMA_API_KEY=k"],
-                                                                       "Labels": {"gpuserve.llm.config": "c" * 16}}}
+    serving = {"Id": "b" * 64, "State": {"Running": True},
+               "Config": {"Env": ["LLAMA_API_KEY=k"], "Labels": {"gpuserve.llm.config": "c" * 16}}}
     api.inspected = {"gpuserve-llm-b": serving}
     result = run_module("container_inspect", tmp_path, names=["gpuserve-llm-a", "gpuserve-llm-b"], docker_host=host)
     assert not result.get("failed") and not result["changed"], result

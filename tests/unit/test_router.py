@@ -598,7 +598,7 @@ def _one_answer(listener, answer, pause=0.0):
     import threading
 
     def serve():
-        conn, _ = listener.accept()
+        conn, _address = listener.accept()
         request = b""
         while b"\r\n\r\n" not in request:
             request += conn.recv(4096)

@@ -145,7 +145,7 @@ def exchange(sock, host, method, path, headers=None):
     words = status_line.split(" ", 2)
     if not blank or len(words) < 2 or not words[0].startswith("HTTP/1.") or not words[1].isdigit():
         raise OSError("no HTTP answer: %r" % head[:60])
-    fields = dict((name.strip().lower(), value.strip()) for name, _, value in (f.partition(":") for f in fields))
+    fields = dict((name.strip().lower(), value.strip()) for name, _colon, value in (f.partition(":") for f in fields))
     if "chunked" in fields.get("transfer-encoding", "").lower():
         body = unchunk(body)
     elif fields.get("content-length", "").isdigit():
