@@ -8,8 +8,8 @@ bytes for 4 or 8 warps, K split into the counts nearest 1, 2 and 4 programs an S
 per-tile counter - is timed on one token inside a CUDA graph over weight copies that leave the L2 cache behind, as
 a decode step reads them; vLLM's own one-token kernel (the patch off) is timed the same way. The fastest configs are
 timed again, and the fastest that passes the patch's own load check (within 2 % of vLLM's kernel on random weights,
-finite, the workspace left zero) is written; no config where vLLM's kernel is within 2 % of it (the engine then keeps
-vLLM's kernel for that shape). The file is written whole at the end (gemv.json.part, then renamed); the engine reads
+finite, the workspace left zero) is written; no config where it does not beat vLLM's kernel beyond the repeats'
+spread (gemv_pays: the engine then keeps vLLM's kernel for that shape). The file is written whole at the end (gemv.json.part, then renamed); the engine reads
 it through GPUSERVE_GEMV_CONFIGS. An image whose vLLM lacks the patch gets a file that lists no shape, and says why.
 """
 import argparse
@@ -23,7 +23,14 @@ FORMAT = 1
 SCREEN = {"replays": 10, "repeats": 3}
 FINAL = {"replays": 20, "repeats": 5}
 FINALISTS = 4  # the fastest of the screen, timed again with FINAL
-KEEP_VLLM_WITHIN = 0.02  # the GEMV must be faster than vLLM's kernel by more than this, or the shape keeps vLLM's
+
+
+def gemv_pays(gemv_us, vllm_us):
+    """Whether the GEMV beats vLLM's kernel beyond the timings' spread: its slowest repeat faster than vLLM's
+    fastest. Not a fixed margin: on an H200 a 2 % margin kept vLLM's kernel for GLM-4.6V's qkv (the GEMV 18.43 us
+    [18.41, 18.50] against 18.57 [18.55, 18.65], 0.7 %), and served, the GEMV there gave 154.0 tok/s at one
+    request against the table's 152.7 (tests/gpu/h200-gemv-serve-2026-12-05/)."""
+    return gemv_us["max"] < vllm_us["min"]
 
 
 def log(text):
@@ -170,7 +177,7 @@ def tune_shape(torch, fm, n, k, calls, sms, l2):
             log("%dx%d %s: refused by the load check (%.2e from vLLM's kernel)" % (n, k, cfg, worst))
             continue
         entry.update(gemv_us=times, check_worst=round(worst, 6))
-        if times["median"] < vllm_us["median"] * (1 - KEEP_VLLM_WITHIN):
+        if gemv_pays(times, vllm_us):
             entry["config"] = list(cfg)
         break
     log("%dx%d (%d a step): %s, %s us a call against vLLM's %.2f us [%d configs, %d failed, %.0f s]" % (
