@@ -203,12 +203,12 @@ plain_log() {  # plain_log LOG: without colours and without molecule's box (its 
   sed -E 's/\x1b\[[0-9;]*m//g; s/^ *│ ?//' "$1"
 }
 recap() {  # recap NAME LOG: what NAME's log says of its failure, kept for the summary
+  local lines
+  lines=$(plain_log "$2" | grep -E '^(FAILED|ERROR) |^ERROR: |^E  |pytest collected no tests|^fatal: |^failed: |=== molecule .* failed' \
+    | cut -c1-400 | tail -n 60) || true
   { echo "--- ${1}"
-    plain_log "$2" | grep -E '^(FAILED|ERROR) |^ERROR: |^E  |pytest collected no tests|^fatal: |^failed: |=== molecule .* failed' \
-      | cut -c1-400 | tail -n 60 > "$RECAP.lines" || true
     # A phase whose failure has none of those forms (a script's own message, ansible-lint's rules): its last lines.
-    if [[ -s $RECAP.lines ]]; then cat "$RECAP.lines"; else plain_log "$2" | tail -n 15 | cut -c1-400; fi
-    rm -f "$RECAP.lines"
+    if [[ -n $lines ]]; then echo "$lines"; else plain_log "$2" | tail -n 15 | cut -c1-400; fi
     # A molecule play ends at its first failure not rescued: the last failed task, with its message.
     if grep -q '^=== molecule .* failed' "$2"; then
       plain_log "$2" | awk '/^TASK \[/ {task = $0} /^(fatal|failed): / {n = NR; head = task; body = ""}

@@ -290,7 +290,7 @@ def pytest_terminal_summary(terminalreporter):
 
 class Result:
     def __init__(self, proc, workdir, timed=None):
-        if timed is not None:  # (started, what ran)
+        if timed is not None:  # (started, what ran, children_cpu() at the start)
             test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[-1].split(" ")[0]
             PLAYBOOK_TIMES.append((time.monotonic() - timed[0], test, _shown(timed[1]), children_cpu() - timed[2],
                                    len(proc.stdout or "")))

@@ -9,8 +9,9 @@ per-tile counter - is timed on one token inside a CUDA graph over weight copies 
 a decode step reads them; vLLM's own one-token kernel (the patch off) is timed the same way. The fastest configs are
 timed again, and the fastest that passes the patch's own load check (within 2 % of vLLM's kernel on random weights,
 finite, the workspace left zero) is written; no config where it does not beat vLLM's kernel beyond the repeats'
-spread (gemv_pays: the engine then keeps vLLM's kernel for that shape). The file is written whole at the end (gemv.json.part, then renamed); the engine reads
-it through GPUSERVE_GEMV_CONFIGS. An image whose vLLM lacks the patch gets a file that lists no shape, and says why.
+spread (gemv_pays: the engine then keeps vLLM's kernel for that shape). The file is written whole at the end
+(gemv.json.part, then renamed); the engine reads it through GPUSERVE_GEMV_CONFIGS. An image whose vLLM lacks the
+patch gets a file that lists no shape, and says why.
 """
 import argparse
 import json
