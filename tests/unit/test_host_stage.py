@@ -261,3 +261,52 @@ def test_the_slots_inspect_is_one_module_run_with_a_null_for_a_slot_that_holds_n
                       docker_host="unix://" + str(tmp_path / "none.sock"))
     assert gone["failed"] and gone["finding"]["code"] == "E_DOCKER", gone
     assert gone["finding"]["subject"] == "unix://" + str(tmp_path / "none.sock")
+
+
+def test_the_host_read_is_one_module_run_that_shows_a_configured_host_needing_nothing(engine, tmp_path, monkeypatch):
+    """host_read: the distribution facts, the installed Docker Engine (dpkg), what daemon.json's merge and the nvidia
+    runtime would change, and whether the daemon shows the configuration; on a host already configured, every plan
+    is "none" and the daemon shows it: the stage's writes and waits are skipped (roles/host/tasks/main.yml)."""
+    api, host = engine
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "dpkg-query"  # a stand-in dpkg: docker.io installed, docker-ce removed, moby-engine unknown
+    fake.write_text("#!/bin/sh\nprintf 'docker.io installed\\ndocker-ce config-files\\n'\n"
+                    "echo 'dpkg-query: no packages found matching moby-engine' >&2; exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (bin_dir, os.environ["PATH"]))
+    conf = tmp_path / "daemon.json"
+    conf.write_text('{"log-driver": "journald"}')
+    expect = {"live_restore": True, "runtimes": ["nvidia"], "data_root": "/data/docker"}
+    args = dict(docker_host=host, daemon_json=str(conf), data_root="/data/docker", nvidia_runtime=True, expect=expect)
+    first = run_module("host_read", tmp_path, **args)
+    assert first["changed"] is False and first["engines"] == ["docker.io"], first
+    with open("/etc/os-release") as f:
+        release = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+    assert first["ansible_facts"]["distribution_release"] == release.get("VERSION_CODENAME", "").strip('"'), first
+    assert first["ansible_facts"]["distribution"] and first["ansible_facts"]["distribution_major_version"], first
+    assert [c["key"] for c in first["daemon_json"]["changes"]] == ["live-restore", "data-root"]
+    assert first["daemon_json"]["apply"] == "restart" and first["daemon_json"]["created"] is False
+    # The runtime is planned over the merged file: it alone is left for the registration.
+    assert [c["key"] for c in first["runtime"]["changes"]] == ["runtimes.nvidia"] and first["runtime"]["apply"] == "reload"
+    assert first["daemon"]["answers"] and not first["daemon"]["shows"], first
+    assert first["daemon"]["differs"] == ["live-restore is False, not True",
+                                          "the runtimes nvidia are missing (it has runc)",
+                                          "its data root is /var/lib/docker, not /data/docker"]
+    assert json.loads(conf.read_text()) == {"log-driver": "journald"}  # a read: nothing written
+
+    conf.write_text(json.dumps({"log-driver": "journald", "live-restore": True, "data-root": "/data/docker",
+                                "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}))
+    api.info.update(LiveRestoreEnabled=True, DockerRootDir="/data/docker", Runtimes={"runc": {}, "nvidia": {}})
+    again = run_module("host_read", tmp_path, **args)
+    assert again["daemon_json"]["apply"] == "none" and again["runtime"]["apply"] == "none", again
+    assert again["daemon"]["shows"] and again["daemon"]["differs"] == [], again
+
+    conf.write_text('{"live-restore": true,')
+    broken = run_module("host_read", tmp_path, **args)
+    assert broken["failed"] and broken["finding"]["code"] == "E_DAEMON_JSON", broken
+    assert "the Docker daemon's configuration %s is left as it is" % conf in broken["msg"], broken
+    none = run_module("host_read", tmp_path, docker_host="unix://" + str(tmp_path / "none.sock"),
+                      daemon_json=str(tmp_path / "absent.json"), expect=expect)
+    assert none["daemon"]["answers"] is False and not none["daemon"]["shows"], none
+    assert none["daemon_json"]["created"] is True and none["runtime"]["apply"] == "none", none
