@@ -125,7 +125,7 @@ check_phase() {  # check_phase NAME COMMAND...: a phase, unless it passed on the
 # stream use ports the other's do not.
 declare -A MOLECULE=(
   [default]="molecule default (1 container host: site.yml, verify, bench, stop), beside"
-  [preflight]="molecule preflight (7 container hosts), beside"
+  [preflight]="molecule preflight (2 container hosts), beside"
 )
 declare -A BG_PID=() BG_DIR=()
 # shellcheck disable=SC2034  # read through the namerefs below (local -n)

@@ -10,15 +10,17 @@ def test_each_host_gets_its_codes_and_only_the_faulty_host_stops(fleet):
     fleet.host("busy", "e_gpu_busy.json")
     fleet.host("hot", "w_power.json")
     fleet.host("split", "e_p2p.json")
+    fleet.host("full", "e_gpu_memory.json")
     result = fleet.run("site.yml", "--tags", "preflight")
     assert result.rc == 2, result
     assert result.codes("healthy") == []
     assert result.codes("busy") == ["E_GPU_BUSY"]
     assert result.codes("hot") == ["W_POWER"] * 4
     assert result.codes("split") == ["E_P2P", "E_P2P"]
+    assert result.codes("full") == ["E_GPU_MEMORY"]
     # Errors stop their host; warnings do not.
     assert {h: r["failed"] for h, r in result.recap.items() if h != "localhost"} == {
-        "healthy": 0, "busy": 1, "hot": 0, "split": 1}, result
+        "healthy": 0, "busy": 1, "hot": 0, "split": 1, "full": 1}, result
     # The fleet table on the workstation, and each finding with its fix.
     assert "busy     ERROR   hub      E_GPU_BUSY" in result.output, result
     assert "hot      WARN    hub      W_POWER x4" in result.output, result
