@@ -93,6 +93,7 @@ finding:
   type: dict
 """
 
+import glob
 import json
 import os
 import re
@@ -132,21 +133,43 @@ def _run(module, argv):
 
 
 # What the virtualenv holds, read by its own interpreter through importlib.metadata: what `pip list` reports,
-# without starting pip (about a tenth of its CPU; this runs on every run of every host).
+# without starting pip (about a tenth of its CPU).
 _LIST_INSTALLED = ("import importlib.metadata as m, json; print(json.dumps("
                    "[[d.metadata['Name'], d.version] for d in m.distributions() if d.metadata['Name']]))")
 
 
-def _installed(module, python):
-    out = _run(module, [python, "-c", _LIST_INSTALLED])
-    return dict((_norm(name), version) for name, version in json.loads(out))
+def _installed_dirs(path):
+    """What the virtualenv holds, from its site-packages' NAME-VERSION.dist-info folders (the wheel format's
+    names: the same as importlib.metadata reads from them), or None where that is not all there is to read.
+    This runs on every run of every host: the interpreter's read took ~125 ms of CPU, this ~1 ms."""
+    found = {}
+    sites = glob.glob(os.path.join(path, "lib", "python*", "site-packages"))
+    if len(sites) != 1:
+        return None
+    for entry in os.listdir(sites[0]):
+        if entry.endswith(".egg-info") or entry.endswith(".egg-link"):
+            return None
+        if entry.endswith(".dist-info"):
+            name, sep, version = entry[:-len(".dist-info")].rpartition("-")
+            if not sep or not name or not version:
+                return None
+            found[_norm(name)] = version
+    return found
+
+
+def _installed(module, path, python):
+    have = _installed_dirs(path)
+    if have is None:
+        out = _run(module, [python, "-c", _LIST_INSTALLED])
+        have = dict((_norm(name), version) for name, version in json.loads(out))
+    return have
 
 
 def _missing(module, path, packages):
     python = os.path.join(path, "bin", "python")
     if not os.path.exists(python):
         return list(packages), True
-    have = _installed(module, python)
+    have = _installed(module, path, python)
     missing = []
     for req in packages:
         name, version = _parse(req)

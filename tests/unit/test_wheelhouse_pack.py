@@ -57,3 +57,24 @@ def test_a_complete_virtualenv_answers_without_asking_the_python_that_would_make
     assert not have.get("failed") and not have["changed"] and have["interpreter"] == str(tmp_path / "venv/bin/python")
     missing = run_module("python_venv", tmp_path, path=str(tmp_path / "venv"), packages=["attrs==26.1.0"], python="/nonexistent/python3")
     assert missing["failed"] and missing["msg"].startswith("E_VENV: /nonexistent/python3 cannot make a virtualenv"), missing
+
+
+def test_what_a_virtualenv_holds_is_read_from_its_dist_info_folders_as_its_interpreter_reads_it(tmp_path):
+    """The look on every run reads site-packages' NAME-VERSION.dist-info names, not the virtualenv's interpreter
+    (~125 ms of CPU a host a run); where an .egg-info is there too, the interpreter is asked, with the same answer."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    for name, version in (("PyYAML", "6.0.4"), ("charset_normalizer", "3.5.2")):
+        info = site / ("%s-%s.dist-info" % (name, version))
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version))
+    pinned = ["pyyaml==6.0.4", "charset-normalizer==3.5.2"]
+    for fallback in (False, True):
+        if fallback:  # a legacy install beside: the interpreter's importlib.metadata answers
+            (site / "legacy-1.0.egg-info").write_text("Metadata-Version: 1.0\nName: legacy\nVersion: 1.0\n")
+        held = run_module("python_venv", tmp_path, path=str(venv), packages=pinned, python="/nonexistent/python3")
+        assert not held.get("failed") and not held["changed"], (fallback, held)
+        other = run_module("python_venv", tmp_path, check=True, path=str(venv), packages=["pyyaml==6.0.3"],
+                           python="/nonexistent/python3")
+        assert other["failed"] and "cannot make a virtualenv" in other["msg"], (fallback, other)  # missing: a make
