@@ -117,6 +117,38 @@ step() {  # NAME NEED LIMIT COMMAND...: run COMMAND guarded for min(LIMIT, time 
   nvidia-smi --query-gpu=memory.used,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 }
 
+# The patched engine's runs of 2026-12-05 on (h200-gemv-tune-, h200-gemv-serve-2026-12-05/run.sh keep their own
+# copies, records): vLLM with the engine part, patches/vllm's split-K GEMV applied by the image stage's applier, and
+# one server start of bench_recipe_vs_defaults.py recipe-no-mtp on the full GLM-4.6V-FP8 text shape a bench.
+engine_env() {  # the engine as served (CUDA's nvcc for flashinfer's JIT, DeepGEMM's warm-up at first use); SITE,
+  # TARGET (the file patch 0004 changes), PATCH_DIR and PATCH (patches/vllm's 0004 unless set)
+  export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONUNBUFFERED=1 VLLM_DEEP_GEMM_WARMUP=${VLLM_DEEP_GEMM_WARMUP:-skip}
+  export PATH=$CUDA_HOME/bin:$PATH
+  SITE=$VLLM_DEST/site
+  TARGET=vllm/model_executor/kernels/linear/scaled_mm/flashinfer.py
+  PATCH_DIR=${PATCH_DIR:-$REPO/patches/vllm}
+  PATCH=${PATCH:-0004-splitk-gemv-one-token.patch}
+}
+
+bench() {  # NAME NEED LIMIT: one server start of bench mode recipe-no-mtp (CONC: its rows, 1,16,40 unless set; ADD:
+  # flags added, JSON), greedy prose, 5 timed passes a row; the server stopped; what vLLM selected and logged
+  local name=$1 need=$2 limit=$3
+  echo "== $name: $TARGET sha256 $(sha256sum "$SITE/$TARGET" | cut -c1-16); GPUSERVE_GEMV_CONFIGS=${GPUSERVE_GEMV_CONFIGS:-}; ADD=${ADD:-}"
+  step "$name" "$need" "$limit" env NAME="$name" BUDGET_S=$(( limit - 50 )) LAYERS=46 KINDS=prose \
+    CONCURRENCY="${CONC:-1,16,40}" REPEATS=5 SIDE='' PREFILL='' REUSE=0 HEALTH_TIMEOUT=$(( limit - 90 )) \
+    DROP=--kv-cache-memory-bytes TEMPERATURES=0 ADD="${ADD:-}" \
+    python3 /root/repo/tests/gpu/bench_recipe_vs_defaults.py "$WORK/out" recipe-no-mtp "$SITE" || return 1
+  grep -h "Selected .* for Fp8LinearMethod\|gpuserve.llm\|[Bb]ackend\|Graph capturing finished\|init engine\|KV cache\|Traceback\|Error" \
+    "$WORK/out/vllm-$name.log" 2>/dev/null | cut -c1-400 | awk '!seen[$0]++' | tail -40
+}
+
+patch_on() {  # N: the image stage's applier on the unpacked bundle, its log as apply-series-N.log
+  (cd /root && PYTHONPATH=$SITE python3 /root/repo/roles/image/files/apply_series.py --package vllm --version 0.26.0 \
+    --dir "$PATCH_DIR" "$PATCH") > "$WORK/out/apply-series-$1.log" 2>&1
+  echo "== $(date -u +%T) apply_series rc=$? ($(tr '\n' ' ' < "$WORK/out/apply-series-$1.log" | cut -c1-300));" \
+    "$TARGET sha256 $(sha256sum "$SITE/$TARGET" | cut -c1-16)"
+}
+
 results() {  # everything the driver wrote, into $OUT (carriage returns made newlines)
   local f
   [[ -f $WORK/driver.log ]] && tr '\r' '\n' < "$WORK/driver.log" > "$OUT/driver.log"

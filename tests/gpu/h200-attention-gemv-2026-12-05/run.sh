@@ -37,30 +37,7 @@ T0=$(date +%s)
 WORK=${WORK:-/root/work}
 # shellcheck source=tests/gpu/device_lib.sh
 source "$HERE/../device_lib.sh"
-export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PYTHONUNBUFFERED=1 VLLM_DEEP_GEMM_WARMUP=${VLLM_DEEP_GEMM_WARMUP:-skip}
-export PATH=$CUDA_HOME/bin:$PATH
-SITE=$VLLM_DEST/site
-TARGET=vllm/model_executor/kernels/linear/scaled_mm/flashinfer.py
-PATCH_DIR=${PATCH_DIR:-$HERE/../../../patches/vllm}
-PATCH=${PATCH:-0004-splitk-gemv-one-token.patch}
-
-bench() {  # NAME NEED LIMIT: one server start of bench mode recipe-no-mtp, its rows, the server stopped
-  local name=$1 need=$2 limit=$3
-  echo "== $name: $TARGET sha256 $(sha256sum "$SITE/$TARGET" | cut -c1-16); GPUSERVE_GEMV_CONFIGS=${GPUSERVE_GEMV_CONFIGS:-}; ADD=${ADD:-}"
-  step "$name" "$need" "$limit" env NAME="$name" BUDGET_S=$(( limit - 50 )) LAYERS=46 KINDS=prose \
-    CONCURRENCY="${CONC:-1,16,40}" REPEATS=5 SIDE='' PREFILL='' REUSE=0 HEALTH_TIMEOUT=$(( limit - 90 )) \
-    DROP=--kv-cache-memory-bytes TEMPERATURES=0 ADD="${ADD:-}" \
-    python3 /root/repo/tests/gpu/bench_recipe_vs_defaults.py "$WORK/out" recipe-no-mtp "$SITE" || return 1
-  grep -h "Selected .* for Fp8LinearMethod\|gpuserve.llm\|[Bb]ackend\|Graph capturing finished\|init engine\|KV cache\|Traceback\|Error" \
-    "$WORK/out/vllm-$name.log" 2>/dev/null | cut -c1-400 | awk '!seen[$0]++' | tail -40
-}
-
-patch_on() {  # the image stage's applier on the unpacked bundle
-  (cd /root && PYTHONPATH=$SITE python3 /root/repo/roles/image/files/apply_series.py --package vllm --version 0.26.0 \
-    --dir "$PATCH_DIR" "$PATCH") > "$WORK/out/apply-series-$1.log" 2>&1
-  echo "== $(date -u +%T) apply_series rc=$? ($(tr '\n' ' ' < "$WORK/out/apply-series-$1.log" | cut -c1-300));" \
-    "$TARGET sha256 $(sha256sum "$SITE/$TARGET" | cut -c1-16)"
-}
+engine_env  # SITE, TARGET, PATCH_DIR, PATCH; bench and patch_on are the library's
 
 if [[ $MODE == drive ]]; then  # detached (setsid) by start
   cd "$WORK" || exit 3
