@@ -143,6 +143,23 @@ def merge(current, nvidia_runtime=False, nvidia_runtime_path=NVIDIA_RUNTIME_PATH
     return new, changes
 
 
+def summary(changes):
+    """What a plan of `changes` says: changed, the changes (credentials masked) and what applying them takes."""
+    return dict(changed=bool(changes), changes=masked(changes), apply=strongest(changes))
+
+
+def data_root_refused(data_root):
+    """The E_CONFIG message for a data root that is not an absolute path; None for one that is (or none)."""
+    if data_root and not os.path.isabs(data_root):
+        return "data_root is %r; allowed: an absolute path" % data_root
+    return None
+
+
+def left_as_is(path, error):
+    """The E_DAEMON_JSON message for a file that cannot be read, parsed or merged."""
+    return "the Docker daemon's configuration %s is left as it is: %s" % (path, error)
+
+
 def render(data):
     """The file's new text: four-space indents, as nvidia-ctk writes it, the keys in their order."""
     return json.dumps(data, indent=4, ensure_ascii=False) + "\n"

@@ -46,6 +46,13 @@ def state(docker_host, images=False):
     }
 
 
+def reported(now):
+    """What the modules return of `now` (state's answer): whether it answers, live restore, data root, runtimes, the
+    containers."""
+    return dict(answers=now["answers"], live_restore=now.get("live_restore"), data_root=now.get("data_root"),
+                runtimes=now.get("runtimes", []), containers=now["containers"])
+
+
 def differs(now, expect):
     """What the daemon reports that is not what `expect` says (empty when it matches)."""
     if not now["answers"]:

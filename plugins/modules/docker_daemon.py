@@ -136,7 +136,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import docker_restart
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
-from ansible_collections.gpuserve.llm.plugins.module_utils.daemon_state import differs, state
+from ansible_collections.gpuserve.llm.plugins.module_utils.daemon_state import differs, reported, state
 
 
 def main():
@@ -158,9 +158,7 @@ def main():
     p = module.params
     daemon = p["docker_host"]
     now = state(daemon, images=p["guard"] == "data_root")
-    result = dict(changed=False, answers=now["answers"], live_restore=now.get("live_restore"),
-                  data_root=now.get("data_root"), runtimes=now.get("runtimes", []), containers=now["containers"],
-                  reloaded=False)
+    result = dict(reported(now), changed=False, reloaded=False)
 
     verdict = docker_restart.decide(now["listed"], now.get("live_restore", False), p["guard"], policy=p["policy"],
                                     daemon=daemon, versions=p["versions"] or None,
@@ -199,8 +197,7 @@ def main():
                      "%s (its log says why: journalctl -u docker, or /var/log/docker.log)"
                      % (daemon, p["timeout"], "; ".join(problems)), **result)
             time.sleep(0.5)
-        result.update(answers=True, live_restore=now["live_restore"], data_root=now["data_root"],
-                      runtimes=now["runtimes"], containers=now["containers"])
+        result.update(reported(now))
     module.exit_json(**result)
 
 

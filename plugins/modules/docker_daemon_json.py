@@ -153,8 +153,8 @@ def main():
     path = p["path"]
     # What Ansible shows of the task's arguments (-vvv), with a proxy URL's credentials masked.
     shown = dict(invocation=dict(module_args=daemon_json.masked(p)), path=path)
-    if p["data_root"] and not os.path.isabs(p["data_root"]):
-        fail(module, "E_CONFIG", "data_root", "data_root is %r; allowed: an absolute path" % p["data_root"], **shown)
+    if daemon_json.data_root_refused(p["data_root"]):
+        fail(module, "E_CONFIG", "data_root", daemon_json.data_root_refused(p["data_root"]), **shown)
     own = [k for k in p["settings"] if k in daemon_json.OWN_KEYS]
     if own:
         fail(module, "E_CONFIG", "settings", "settings names %s; allowed: keys other than %s, which have their own "
@@ -168,11 +168,9 @@ def main():
             current, nvidia_runtime=p["nvidia_runtime"], nvidia_runtime_path=p["nvidia_runtime_path"],
             live_restore=p["live_restore"], data_root=p["data_root"], settings=p["settings"])
     except daemon_json.DaemonJsonError as e:
-        fail(module, "E_DAEMON_JSON", path, "the Docker daemon's configuration %s is left as it is: %s" % (path, e),
-             **shown)
+        fail(module, "E_DAEMON_JSON", path, daemon_json.left_as_is(path, e), **shown)
 
-    result = dict(shown, changed=bool(changes), created=data is None and bool(changes),
-                  changes=daemon_json.masked(changes), apply=daemon_json.strongest(changes))
+    result = dict(shown, created=data is None and bool(changes), **daemon_json.summary(changes))
     if module._diff:
         result["diff"] = dict(
             before_header=path, after_header=path,

@@ -111,7 +111,7 @@ from ansible.module_utils.facts.system.distribution import DistributionFactColle
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import daemon_json
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import fail
-from ansible_collections.gpuserve.llm.plugins.module_utils.daemon_state import differs, state
+from ansible_collections.gpuserve.llm.plugins.module_utils.daemon_state import differs, reported, state
 
 DISTRIBUTION_FACTS = ("distribution", "distribution_version", "distribution_major_version", "distribution_release",
                       "os_family")
@@ -125,10 +125,6 @@ def engines(module, names):
     # rc 1 when one of the names is unknown to dpkg; the known ones are still listed
     _rc, out, _err = module.run_command([dpkg_query, "-W", "-f", "${Package} ${db:Status-Status}\n"] + list(names))
     return [line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["installed"]]
-
-
-def planned(changes):
-    return dict(changed=bool(changes), changes=daemon_json.masked(changes), apply=daemon_json.strongest(changes))
 
 
 def main():
@@ -146,14 +142,14 @@ def main():
     )
     p = module.params
     path = p["daemon_json"]
-    if p["data_root"] and not os.path.isabs(p["data_root"]):
-        fail(module, "E_CONFIG", "data_root", "data_root is %r; allowed: an absolute path" % p["data_root"])
+    if daemon_json.data_root_refused(p["data_root"]):
+        fail(module, "E_CONFIG", "data_root", daemon_json.data_root_refused(p["data_root"]))
     try:
         data, current = daemon_json.read(os.path.realpath(path))
         merged, changes = daemon_json.merge(current, live_restore=p["live_restore"], data_root=p["data_root"])
         runtime = daemon_json.merge(merged, nvidia_runtime=True)[1] if p["nvidia_runtime"] else []
     except daemon_json.DaemonJsonError as e:
-        fail(module, "E_DAEMON_JSON", path, "the Docker daemon's configuration %s is left as it is: %s" % (path, e))
+        fail(module, "E_DAEMON_JSON", path, daemon_json.left_as_is(path, e))
     facts = DistributionFactCollector().collect(module=module)
     now = state(p["docker_host"])
     problems = differs(now, p["expect"] or {})
@@ -162,11 +158,9 @@ def main():
         ansible_facts=dict((k, facts[k]) for k in DISTRIBUTION_FACTS if k in facts),
         systemd=os.path.isdir("/run/systemd/system"),
         engines=engines(module, p["engine_packages"]),
-        daemon_json=dict(planned(changes), path=path, created=data is None and bool(changes)),
-        runtime=planned(runtime),
-        daemon=dict(answers=now["answers"], error=now.get("error"), live_restore=now.get("live_restore"),
-                    data_root=now.get("data_root"), runtimes=now.get("runtimes", []), containers=now["containers"],
-                    shows=not problems, differs=problems))
+        daemon_json=dict(daemon_json.summary(changes), path=path, created=data is None and bool(changes)),
+        runtime=daemon_json.summary(runtime),
+        daemon=dict(reported(now), error=now.get("error"), shows=not problems, differs=problems))
 
 
 if __name__ == "__main__":
