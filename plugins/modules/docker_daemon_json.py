@@ -153,8 +153,9 @@ def main():
     path = p["path"]
     # What Ansible shows of the task's arguments (-vvv), with a proxy URL's credentials masked.
     shown = dict(invocation=dict(module_args=daemon_json.masked(p)), path=path)
-    if daemon_json.data_root_refused(p["data_root"]):
-        fail(module, "E_CONFIG", "data_root", daemon_json.data_root_refused(p["data_root"]), **shown)
+    refused = daemon_json.data_root_refused(p["data_root"])
+    if refused:
+        fail(module, "E_CONFIG", "data_root", refused, **shown)
     own = [k for k in p["settings"] if k in daemon_json.OWN_KEYS]
     if own:
         fail(module, "E_CONFIG", "settings", "settings names %s; allowed: keys other than %s, which have their own "

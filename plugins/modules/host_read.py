@@ -142,8 +142,9 @@ def main():
     )
     p = module.params
     path = p["daemon_json"]
-    if daemon_json.data_root_refused(p["data_root"]):
-        fail(module, "E_CONFIG", "data_root", daemon_json.data_root_refused(p["data_root"]))
+    refused = daemon_json.data_root_refused(p["data_root"])
+    if refused:
+        fail(module, "E_CONFIG", "data_root", refused)
     try:
         data, current = daemon_json.read(os.path.realpath(path))
         merged, changes = daemon_json.merge(current, live_restore=p["live_restore"], data_root=p["data_root"])
