@@ -306,6 +306,9 @@ def test_the_host_read_is_one_module_run_that_shows_a_configured_host_needing_no
     broken = run_module("host_read", tmp_path, **args)
     assert broken["failed"] and broken["finding"]["code"] == "E_DAEMON_JSON", broken
     assert "the Docker daemon's configuration %s is left as it is" % conf in broken["msg"], broken
+    relative = run_module("host_read", tmp_path, **dict(args, data_root="data/docker"))
+    assert relative["finding"]["code"] == "E_CONFIG", relative
+    assert "data_root is 'data/docker'; allowed: an absolute path" in relative["msg"], relative
     none = run_module("host_read", tmp_path, docker_host="unix://" + str(tmp_path / "none.sock"),
                       daemon_json=str(tmp_path / "absent.json"), expect=expect)
     assert none["daemon"]["answers"] is False and not none["daemon"]["shows"], none
