@@ -13,17 +13,36 @@ PHASES=()
 # 27.5 s of CPU with a thread a core, 18.0 s with one).
 export OPENBLAS_NUM_THREADS=1
 
-ended() {  # ended NAME SECONDS RC: the phase's line for the summary; its pass recorded
-  PHASES+=("$(printf '%-52s %4ss  %s' "$1" "$2" "$([[ $3 == 0 ]] && echo ok || echo "FAILED (rc $3)")")")
+ended() {  # ended NAME SECONDS RC [CPU]: the phase's line for the summary; its pass recorded
+  PHASES+=("$(printf '%-52s %4ss %5s  %s' "$1" "$2" "${4:+${4}s}" "$([[ $3 == 0 ]] && echo ok || echo "FAILED (rc $3)")")")
   [[ $3 != 0 ]] || record_pass "$1" "$2"
 }
 
+# The CPU seconds (user and system) of this shell's children that ended, from the `times` builtin, in CPU_NOW:
+# a phase's own processes (its containers' CPU is the Docker daemon's, in the run's total from /proc/stat only).
+# `times` runs in the shell itself and writes a file of that shell's own: in a $( ) subshell it would count the
+# subshell's children.
+CPU_TIMES=$(mktemp -d)
+children_cpu() {
+  local file=$CPU_TIMES/$BASHPID
+  times > "$file"
+  CPU_NOW=$(awk 'NR == 2 {s = 0; for (i = 1; i <= 2; i++) {split($i, a, "m"); s += a[1] * 60 + a[2]}
+                 printf "%d\n", s}' "$file")
+}
+busy_cpu() {  # the machine's busy CPU seconds so far (every core: user, nice, system, irq, steal)
+  awk '/^cpu / {printf "%d\n", ($2 + $3 + $4 + $7 + $8 + $9) / 100}' /proc/stat
+}
+BUSY0=$(busy_cpu)
+
 run_phase() {  # run_phase NAME COMMAND...: run it, time it, keep the line for the summary; its rc
-  local name=$1 start=$SECONDS rc=0
+  local name=$1 start=$SECONDS rc=0 cpu
   shift
   echo "=== ${name}"
+  children_cpu
+  cpu=$CPU_NOW
   "$@" || rc=$?
-  ended "$name" $((SECONDS - start)) "$rc"
+  children_cpu
+  ended "$name" $((SECONDS - start)) "$rc" $((CPU_NOW - cpu))
   return "$rc"
 }
 
@@ -47,15 +66,16 @@ together() {
     cached "$name" && continue
     names+=("$name")
     ( start=$SECONDS c=0; "${cmd[@]}" > "$dir/${#names[@]}.log" 2>&1 || c=$?
-      echo "$c $((SECONDS - start))" > "$dir/${#names[@]}.rc" ) &
+      children_cpu
+      echo "$c $((SECONDS - start)) $CPU_NOW" > "$dir/${#names[@]}.rc" ) &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do wait "${pids[$i]}" || true; done
   for i in "${!names[@]}"; do
     echo "=== ${names[$i]} (side by side)"
     cat "$dir/$((i + 1)).log"
-    read -r code secs < "$dir/$((i + 1)).rc"
-    ended "${names[$i]}" "$secs" "$code"
+    read -r code secs cpu < "$dir/$((i + 1)).rc"
+    ended "${names[$i]}" "$secs" "$code" "$cpu"
     [[ $code == 0 ]] || rc=$code
   done
   rm -rf "$dir"
@@ -154,8 +174,11 @@ start_background() {  # start_background STREAM [NICENESS]: its phases, one afte
     first_rc=0
     for i in "${!names[@]}"; do
       start=$SECONDS rc=0
+      children_cpu
+      cpu=$CPU_NOW
       eval "${cmds[$i]}" > "$dir/$i.log" 2>&1 || rc=$?
-      echo "$rc $((SECONDS - start))" > "$dir/$i.rc"
+      children_cpu
+      echo "$rc $((SECONDS - start)) $((CPU_NOW - cpu))" > "$dir/$i.rc"
       [[ $first_rc != 0 ]] || first_rc=$rc
     done
     exit "$first_rc"
@@ -176,10 +199,10 @@ join_background() {  # join_background STREAM: wait for it; print its logs and i
     [[ -f $dir/$i.rc ]] || continue
     echo "=== ${names[$i]} (ran in the background)"
     cat "$dir/$i.log"
-    read -r code secs < "$dir/$i.rc"
+    read -r code secs cpu < "$dir/$i.rc"
     [[ $code == 0 ]] || recap "${names[$i]}" "$dir/$i.log"
     measured_lines "$dir/$i.log"
-    ended "${names[$i]}" "$secs" "$code"
+    ended "${names[$i]}" "$secs" "$code" "$cpu"
   done
   rm -rf "$dir"
   return "$rc"
@@ -231,9 +254,9 @@ logged() {  # logged LOG COMMAND...: its output shown and kept in LOG; its rc (p
 summary() {
   if [[ -s $MEASURED ]]; then echo "=== what the tests measured (again, from the playbook tests' logs)"; cat "$MEASURED"; fi
   if [[ -s $RECAP ]]; then echo "=== what failed (again, from each failed phase's log)"; cat "$RECAP"; fi
-  echo "=== phases"
+  echo "=== phases (wall, and the CPU of each phase's own processes)"
   printf '%s\n' "${PHASES[@]}"
-  echo "total $((SECONDS - T0))s"
+  echo "total $((SECONDS - T0))s; the machine's CPU busy meanwhile $(($(busy_cpu) - BUSY0))s of $(nproc) cores"
 }
 
 find_python() {  # find_python 3.12: an interpreter of that version, from PATH or pyenv
