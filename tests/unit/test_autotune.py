@@ -359,15 +359,21 @@ def test_the_table_tune_gemv_wrote_on_an_h200_is_complete_for_the_plan():
         "4096x1408": [16, 512, 4, 1, "direct"]}
 
 
+def _tune_gemv():
+    """roles/autotune/files/tune_gemv.py, which runs in the engine's image, loaded by its path."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "tune_gemv", os.path.join(os.path.dirname(__file__), "..", "..", "roles", "autotune", "files", "tune_gemv.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_gemv_is_written_where_it_beats_vllms_kernel_beyond_the_spread_of_its_repeats():
     """tune_gemv.py's choice, with the H200's timings (tests/gpu/h200-gemv-tune-2026-12-05/report.md): a fixed 2 %
     margin kept vLLM's kernel for qkv, which served slower (152.7 tok/s at one request against 154.0 with the GEMV,
     tests/gpu/h200-gemv-serve-2026-12-05/); a GEMV whose repeats overlap vLLM's is no gain to write."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "tune_gemv", os.path.join(os.path.dirname(__file__), "..", "..", "roles", "autotune", "files", "tune_gemv.py"))
-    tune_gemv = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tune_gemv)
+    tune_gemv = _tune_gemv()
 
     def us(median, low, high):
         return {"median": median, "min": low, "max": high}
@@ -378,3 +384,19 @@ def test_the_gemv_is_written_where_it_beats_vllms_kernel_beyond_the_spread_of_it
     # faster at the median, but its slowest repeat is slower than vLLM's fastest: within the noise
     assert not tune_gemv.gemv_pays(us(18.50, 18.40, 18.60), us(18.56, 18.52, 18.70))
     assert not tune_gemv.gemv_pays(us(19.0, 18.9, 19.1), us(18.566, 18.552, 18.647))  # slower
+
+
+def test_a_shape_whose_tuned_config_does_not_pay_keeps_the_built_in_config_unless_vllm_beats_it():
+    """The table tuned on an H200 under gemv_pays alone (tests/gpu/h200-attention-gemv-2026-12-05/gemv.json) sent qkv
+    to vLLM's kernel - its best config, the built-in one, did not beat vLLM's beyond the spread - and served slower
+    than no table, twice (153.1 and 153.0 tok/s against 154.5 and 154.1). A shape keeps its built-in config unless
+    vLLM's kernel beats that beyond the spread."""
+    tune_gemv = _tune_gemv()
+    with open(os.path.join(TESTS, "gpu", "h200-attention-gemv-2026-12-05", "gemv.json")) as f:
+        qkv = json.load(f)["shapes"]["14336x4096"]
+    assert qkv["config"] is None and qkv["built_in_us"] == qkv["gemv_us"]  # as written then
+    assert not tune_gemv.gemv_pays(qkv["gemv_us"], qkv["vllm_us"])
+    assert tune_gemv.keeps_built_in(qkv["built_in_us"], qkv["vllm_us"])  # now: the built-in config written
+    # vLLM's kernel faster beyond the spread: it is kept; a built-in config never timed is not written
+    assert not tune_gemv.keeps_built_in({"median": 19.0, "min": 18.9, "max": 19.1}, qkv["vllm_us"])
+    assert not tune_gemv.keeps_built_in(None, qkv["vllm_us"])

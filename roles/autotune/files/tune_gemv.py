@@ -8,8 +8,9 @@ bytes for 4 or 8 warps, K split into the counts nearest 1, 2 and 4 programs an S
 per-tile counter - is timed on one token inside a CUDA graph over weight copies that leave the L2 cache behind, as
 a decode step reads them; vLLM's own one-token kernel (the patch off) is timed the same way. The fastest configs are
 timed again, and the fastest that passes the patch's own load check (within 2 % of vLLM's kernel on random weights,
-finite, the workspace left zero) is written; no config where it does not beat vLLM's kernel beyond the repeats'
-spread (gemv_pays: the engine then keeps vLLM's kernel for that shape). The file is written whole at the end
+finite, the workspace left zero) is written where it beats vLLM's kernel beyond the repeats' spread (gemv_pays);
+where it does not, the patch's built-in config for the shape is written unless vLLM's kernel beats that beyond the
+spread (keeps_built_in), and else none (the engine then keeps vLLM's kernel for that shape). The file is written whole at the end
 (gemv.json.part, then renamed); the engine reads it through GPUSERVE_GEMV_CONFIGS. An image whose vLLM lacks the
 patch gets a file that lists no shape, and says why.
 """
@@ -32,6 +33,14 @@ def gemv_pays(gemv_us, vllm_us):
     [18.41, 18.50] against 18.57 [18.55, 18.65], 0.7 %), and served, the GEMV there gave 154.0 tok/s at one
     request against the table's 152.7 (tests/gpu/h200-gemv-serve-2026-12-05/)."""
     return gemv_us["max"] < vllm_us["min"]
+
+
+def keeps_built_in(built_in_us, vllm_us):
+    """Whether a shape whose tuned config does not pay keeps the patch's built-in config: unless vLLM's kernel beats
+    it beyond the spread. On an H200 the table that sent qkv back to vLLM's kernel because the built-in config
+    (18.34 us [18.27, 18.57]) did not beat it (18.40 [18.38, 18.59]) served slower than no table, twice: 153.1 and
+    153.0 tok/s against 154.5 and 154.1 (tests/gpu/h200-attention-gemv-2026-12-05/)."""
+    return built_in_us is not None and not gemv_pays(vllm_us, built_in_us)
 
 
 def log(text):
@@ -167,6 +176,7 @@ def tune_shape(torch, fm, n, k, calls, sms, l2):
              "built_in": list(built_in) if built_in else None, "config": None, "gemv_us": None}
     if built_in:
         entry["built_in_us"] = next((t for t, c in final if c == built_in), None)
+    refused = []
     for times, cfg in final:
         fm._GPUSERVE_TUNED[(n, k)] = cfg  # the patch's load check, with this config
         try:
@@ -176,13 +186,17 @@ def tune_shape(torch, fm, n, k, calls, sms, l2):
         worst = max(v["gemv_vs_unpatched"] for v in checked.values())
         if worst > 0.02 or not all(v["workspace_zero"] and v["finite"] for v in checked.values()):
             log("%dx%d %s: refused by the load check (%.2e from vLLM's kernel)" % (n, k, cfg, worst))
+            refused.append(cfg)
             continue
         entry.update(gemv_us=times, check_worst=round(worst, 6))
         if gemv_pays(times, vllm_us):
             entry["config"] = list(cfg)
+        elif built_in and built_in not in refused and keeps_built_in(entry.get("built_in_us"), vllm_us):
+            entry.update(config=list(built_in), kept="built-in")
         break
     log("%dx%d (%d a step): %s, %s us a call against vLLM's %.2f us [%d configs, %d failed, %.0f s]" % (
-        n, k, calls, "GEMV %s" % (entry["config"],) if entry["config"] else "vLLM's kernel kept",
+        n, k, calls, ("GEMV %s%s" % (entry["config"], " (built-in, kept)" if entry.get("kept") else ""))
+        if entry["config"] else "vLLM's kernel kept",
         "%.2f" % entry["gemv_us"]["median"] if entry["gemv_us"] else "-", vllm_us["median"], len(grid), failed,
         time.time() - started))
     del weights
