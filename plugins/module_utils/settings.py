@@ -29,6 +29,12 @@ REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 DOMAIN = re.compile(r"^(\*\.)?([A-Za-z0-9-]{1,63}\.)*[A-Za-z0-9-]{1,63}$")
 DRAFTER_METHODS = ("mtp", "off", "ngram")
 GPU_ENGINES = ("vllm", "sglang")
+# The attention backends of each engine's --attention-backend that serve a GQA model such as GLM's on NVIDIA GPUs
+# (vLLM 0.26.0's AttentionBackendEnum names, SGLang 0.5.5's choices less the MLA, NPU and ROCm ones).
+ATTENTION_BACKENDS = {
+    "vllm": ("FLASH_ATTN", "TRITON_ATTN", "FLASHINFER", "FLEX_ATTENTION"),
+    "sglang": ("fa3", "flashinfer", "triton", "flex_attention", "torch_native"),
+}
 
 # Integer and float ranges: (minimum, maximum or None). Every other number a spec declares must be 0 or more.
 RANGES = {
@@ -172,6 +178,9 @@ UNSUPPORTED = {
          "{\"enable_thinking\": false}), or llm_engine: vllm"),
     ],
     "llamacpp": [
+        ("llm_attention_backend", lambda s: bool(s.get("llm_attention_backend")),
+         "llama-server has no choice of attention backend",
+         "set llm_attention_backend: '' (empty), or llm_engine: vllm"),
         ("llm_kv", lambda s: s.get("llm_kv") == "fp8",
          "llama.cpp has no fp8 KV cache (its cache types are q8_0, f16, bf16)",
          "set llm_kv: bf16, or llm_engine: vllm"),
@@ -790,6 +799,10 @@ def validate(settings, options, internal=(), groups=(), model_config=None, route
         if name in values and applies(values):
             findings.append(finding("E_UNSUPPORTED", name, "%s is %s on %s: %s; %s" % (
                 name, shown(values.pop(name)), engine, why, alternative), variable=name, engine=engine))
+    backend = values.get("llm_attention_backend")
+    if backend and engine in ATTENTION_BACKENDS and backend not in ATTENTION_BACKENDS[engine]:
+        refuse("llm_attention_backend", "'' (the engine's choice), or for %s: %s" % (
+            engine, ", ".join(ATTENTION_BACKENDS[engine])))
     refused = set(name for name in settings if name not in values)
     _check_model_shape(values, findings, refused, model_config)
     _check_router_ports(values, options, groups, findings, refused)

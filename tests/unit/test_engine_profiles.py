@@ -11,6 +11,7 @@ import yaml
 
 from ansible_collections.gpuserve.llm.plugins.filter.engines import engine_command, serving_api_key, serving_engine
 from ansible_collections.gpuserve.llm.plugins.module_utils import engines
+from ansible_collections.gpuserve.llm.plugins.module_utils.settings import ATTENTION_BACKENDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
@@ -121,7 +122,7 @@ def _help_flags(path=VLLM_HELP):
     {}, {"llm_drafter": "ngram"}, {"llm_drafter": "org/draft-model"}, {"llm_drafter": "off"},
     {"llm_vision": False}, {"llm_media_urls": ["example.com"]}, {"llm_kv": "bf16"}, {"llm_kv_cap_gib": 0},
     {"llm_model_dense": "bf16"}, {"llm_thinking": True}, {"llm_tool_call_parser": "glm47", "llm_reasoning_parser": "glm45"},
-    {"llm_expert_parallel": False}, {"llm_gpus": [0]},
+    {"llm_expert_parallel": False}, {"llm_gpus": [0]}, {"llm_attention_backend": "TRITON_ATTN"},
 ])
 def test_every_vllm_flag_and_choice_is_in_vllm_0_26_help(variant):
     flags, choices = _help_flags()
@@ -152,7 +153,7 @@ def _sglang_flags(argv):
     {"llm_vision": False}, {"llm_kv": "bf16"}, {"llm_model_dense": "bf16"}, {"llm_api_key": ""},
     {"llm_tool_call_parser": "glm", "llm_reasoning_parser": "glm45"}, {"llm_expert_parallel": False},
     {"llm_gpus": [0]},
-])
+] + [{"llm_attention_backend": backend} for backend in ATTENTION_BACKENDS["sglang"]])
 def test_every_sglang_flag_and_choice_is_in_sglang_0_5_5_help(variant):
     """SGLang 0.5.5's parser refuses a flag it does not know (it refused --default-chat-template-kwargs:
     tests/gpu/RESULTS.md), so every flag the template renders, and every value of a flag with choices, must
@@ -347,6 +348,7 @@ REFUSALS = {
     ("`llm_dense`", "sglang"): {"llm_dense": "q4"},
     ("`llm_dense`", "llamacpp"): {"llm_dense": "fp8"},
     ("`llm_kv`", "llamacpp"): {"llm_kv": "fp8"},
+    ("`llm_attention_backend`", "llamacpp"): {"llm_attention_backend": "TRITON_ATTN"},
     ("`llm_drafter`", "llamacpp"): {"llm_drafter": "ngram"},
     ("`llm_vision`", "llamacpp"): {"llm_vision": True, "llm_weights": "hub", "llm_media_urls": "any"},
     ("`llm_media_urls`", "llamacpp"): {"llm_vision": True, "llm_media_urls": "data_only"},

@@ -50,6 +50,8 @@ def test_the_recipe_defaults_are_valid():
     ("llm_host", "my host", "E_CONFIG", "an IPv4 or IPv6 address to bind"),
     ("llm_media_urls", ["http://x/"], "E_CONFIG", "data_only, any, or a list of domain names"),
     ("llm_media_urls", "some", "E_CONFIG", "data_only, any, or a list of domain names"),
+    ("llm_attention_backend", "fa3", "E_CONFIG",
+     "'' (the engine's choice), or for vllm: FLASH_ATTN, TRITON_ATTN, FLASHINFER, FLEX_ATTENTION"),
     # duplicate
     ("llm_gpus", [0, 1, 1, 3], "E_CONFIG", "each GPU index once"),
     ("llm_gpus", [-1, 0], "E_CONFIG", "GPU indices of 0 or more"),
@@ -76,6 +78,7 @@ def test_bad_setting_is_refused_with_its_code(name, value, code, allowed):
     (None, dict(llm_dense="q4"), "llm_dense"),                    # q4 needs a 4-bit checkpoint
     (None, dict(llm_dense="bf16"), "llm_dense"),                  # no fp8 -> bf16 at load
     (CPU, dict(llm_kv="fp8"), "llm_kv"),                          # llama.cpp has no fp8 KV
+    (CPU, dict(llm_attention_backend="TRITON_ATTN"), "llm_attention_backend"),  # llama-server has one
     (CPU, dict(llm_vision=True, llm_media_urls="any"), "llm_vision"),  # hub weights: no projector fetched
     # llama-server 0.7.0 fetches any http(s) image URL: only llm_media_urls: any is honest
     (CPU, dict(llm_weights="dummy", llm_vision=True), "llm_media_urls"),
