@@ -184,8 +184,10 @@ def _build(module, path, packages, python, find_links, index_url):
         _run(module, [python, "-m", "venv", path])
         created = True
     if packages:
+        # --no-compile: Python compiles what the modules import when they first import it; pip would compile
+        # every file of every package (5.7 s of CPU for the 27 host packages on a test host, 2.5 s without).
         argv = [os.path.join(path, "bin", "python"), "-m", "pip", "install", "--disable-pip-version-check",
-                "--no-input", "--quiet"]
+                "--no-input", "--quiet", "--no-compile"]
         if find_links:
             argv += ["--no-index", "--find-links", find_links]
         elif index_url:

@@ -914,6 +914,13 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # A rerun changes nothing on any host (as users run it: the default batches); --check says nothing would change.
     again = fleet.run()
     assert again.rc == 0 and all(again.recap[h]["changed"] == 0 for h in engines), again
+    # The TLS fronts' certificates, the CA's, their keys' and fresh for their names, are neither requested nor
+    # signed again: skipped on both hosts, in every batch.
+    for task in ("The front's certificate request", "Sign the front's certificate"):
+        said = task_results(again.output, "gpuserve.llm.front : " + task)
+        for name in (good, badjson):
+            ran = re.search(r"(ok|changed): \[%s[] ]" % re.escape(name), said)
+            assert "skipping: [%s]" % name in said and not ran, (task, said)
     check = fleet.run("--check", *one_batch)
     assert check.rc == 0 and all(check.recap[h]["changed"] == 0 for h in engines), check
     # Bad router settings stop the router host at validation, each with its code, before anything changes.
@@ -1165,6 +1172,11 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     measured("fleet test: LIVE %.0f s, rerun, check and failures %.0f s, rolls %.0f s, in all %.0f s; %d runs at -vvv, "
              "%d places searched for secrets" % (live_s, rerun_s, roll_s, time.monotonic() - started, len(runs),
                                                  len(places)))
+
+
+def task_results(output, task):
+    """What a playbook's output says under every header of the task named (its batches'), up to the next header."""
+    return "".join(re.findall(r"(?ms)^TASK \[%s[^\n]*\n(.*?)(?=^TASK \[|^PLAY |\Z)" % re.escape(task), output))
 
 
 def _service(docker_host, host):

@@ -8,6 +8,7 @@ import datetime
 import ipaddress
 import json
 import os
+import re
 import socket
 import ssl
 import threading
@@ -178,6 +179,10 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
         gateway = other.address
         moved = fleet.run("site.yml", "-e", "llm_parallel=2", *tls, "-e", "llm_host=" + gateway)
         assert moved.rc == 0 and moved.says("front https://%s:18130" % gateway), moved
+        # New names: the certificate is requested and signed anew (a certificate the CA's, this key's and fresh for
+        # its names is not: the SSH fleet's rerun, test_host_play.py).
+        assert re.search(r"TASK \[gpuserve\.llm\.front : Sign the front's certificate[^\n]*\n((?!TASK )[^\n]*\n){0,3}"
+                         r"changed: \[cpu1", moved.output), "signed anew"
         assert containers(docker_host, prefix) == now, "a front setting moves the front, not the engine"
         assert dict((port, sorted(s["address"] for s in port_owner.listeners("/proc", port)))
                     for port in (18130, 28130)) == {18130: [gateway], 28130: ["127.0.0.1"]}
@@ -196,6 +201,10 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
     assert both.says("E_ROLLBACK [error] cpu1 %s-b: the previous container %s-b was started again but did not pass "
                      "the health gate" % (prefix, prefix)), both
     assert both.says("The last lines of its log:") and not both.says("passed the health gate"), both
+    # The collection's CA, there since the run above, is read by preflight (its end checked) without a module run to
+    # find it.
+    assert re.search(r"TASK \[gpuserve\.llm\.preflight : Read the certificate \(its dates and names\)\][^\n]*\n"
+                     r"((?!TASK )[^\n]*\n){0,3}ok: \[cpu1", both.output), "preflight read the CA"
     assert API_KEY not in both.output
 
 
