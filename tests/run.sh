@@ -35,14 +35,21 @@ busy_cpu() {  # the machine's busy CPU seconds so far (every core: user, nice, s
 BUSY0=$(busy_cpu)
 
 run_phase() {  # run_phase NAME COMMAND...: run it, time it, keep the line for the summary; its rc
-  local name=$1 start=$SECONDS rc=0 cpu
+  local name=$1 start=$SECONDS rc=0 cpu stream running=()
   shift
   echo "=== ${name}"
+  # A background stream that ends meanwhile is reaped by this shell at once, its whole CPU then counted among this
+  # shell's children: taken out again (the stream writes its total as it ends).
+  for stream in "${!BG_PID[@]}"; do kill -0 "${BG_PID[$stream]}" 2>/dev/null && running+=("$stream"); done
   children_cpu
   cpu=$CPU_NOW
   "$@" || rc=$?
   children_cpu
-  ended "$name" $((SECONDS - start)) "$rc" $((CPU_NOW - cpu))
+  cpu=$((CPU_NOW - cpu))
+  for stream in "${running[@]}"; do
+    kill -0 "${BG_PID[$stream]}" 2>/dev/null || cpu=$((cpu - $(cat "${BG_DIR[$stream]}/cpu" 2>/dev/null || echo 0)))
+  done
+  ended "$name" $((SECONDS - start)) "$rc" "$cpu"
   return "$rc"
 }
 
@@ -56,7 +63,7 @@ phase() {  # phase NAME COMMAND...: run_phase, and the end of the run if it fail
 # together NAME COMMAND -- NAME COMMAND -- ...; each its own log, printed
 # when all have ended, each its own phase line; a phase that passed on these inputs is not run.
 together() {
-  local dir names=() pids=() name i rc=0 code secs cmd=()
+  local dir names=() pids=() name i rc=0 code secs cpu cmd=()
   dir=$(mktemp -d)
   while [[ $# -gt 0 ]]; do
     name=$1 cmd=()
@@ -181,6 +188,8 @@ start_background() {  # start_background STREAM [NICENESS]: its phases, one afte
       echo "$rc $((SECONDS - start)) $((CPU_NOW - cpu))" > "$dir/$i.rc"
       [[ $first_rc != 0 ]] || first_rc=$rc
     done
+    children_cpu
+    echo "$CPU_NOW" > "$dir/cpu"  # the stream's whole CPU, for run_phase (above)
     exit "$first_rc"
   ) &
   BG_PID[$1]=$!
@@ -191,7 +200,7 @@ start_background() {  # start_background STREAM [NICENESS]: its phases, one afte
 join_background() {  # join_background STREAM: wait for it; print its logs and its phase lines; its rc
   # shellcheck disable=SC2178  # a nameref to the stream's array
   local -n names=BG_NAMES_$1
-  local rc=0 i code secs dir=${BG_DIR[$1]:-}
+  local rc=0 i code secs cpu dir=${BG_DIR[$1]:-}
   [[ -n ${BG_PID[$1]:-} ]] || return 0
   wait "${BG_PID[$1]}" || rc=$?
   unset "BG_PID[$1]"
@@ -298,7 +307,7 @@ start_testbed() {  # the test bed's own Docker daemon, stopped when this script 
   # The llama.cpp root from Debian's packages is kept between runs, as a workstation keeps it.
   export GPUSERVE_TEST_IMAGE_CACHE=$PWD/.work/images-debian
   # Background phases (start_background) stop too: their hosts live on this daemon.
-  trap '{ [[ ${#BG_PID[@]} == 0 ]] || kill_tree "${BG_PID[@]}"; } || true; tests/testbed/dockerd.sh stop' EXIT
+  trap '{ [[ ${#BG_PID[@]} == 0 ]] || kill_tree "${BG_PID[@]}"; } || true; rm -rf "$CPU_TIMES"; tests/testbed/dockerd.sh stop' EXIT
   echo "test bed daemon at $GPUSERVE_TEST_DOCKER_HOST"
 }
 

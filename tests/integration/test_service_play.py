@@ -205,6 +205,7 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
     # find it.
     assert re.search(r"TASK \[gpuserve\.llm\.preflight : Read the certificate \(its dates and names\)\][^\n]*\n"
                      r"((?!TASK )[^\n]*\n){0,3}ok: \[cpu1", both.output), "preflight read the CA"
+    assert not both.says("the fronts' CA"), both  # read, and no finding of it (a failed read is one)
     assert API_KEY not in both.output
 
 

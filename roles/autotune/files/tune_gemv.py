@@ -192,7 +192,7 @@ def tune_shape(torch, fm, n, k, calls, sms, l2):
         if gemv_pays(times, vllm_us):
             entry["config"] = list(cfg)
         elif built_in and built_in not in refused and keeps_built_in(entry.get("built_in_us"), vllm_us):
-            entry.update(config=list(built_in), kept="built-in")
+            entry.update(config=list(built_in), kept="built-in", gemv_us=entry["built_in_us"])
         break
     log("%dx%d (%d a step): %s, %s us a call against vLLM's %.2f us [%d configs, %d failed, %.0f s]" % (
         n, k, calls, ("GEMV %s%s" % (entry["config"], " (built-in, kept)" if entry.get("kept") else ""))
