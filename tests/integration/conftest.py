@@ -255,6 +255,11 @@ def children_cpu():
     return used.ru_utime + used.ru_stime
 
 
+def task_results(output, task):
+    """What a playbook's output says under every header of the task named (its batches'), up to the next header."""
+    return "".join(re.findall(r"(?ms)^TASK \[%s[^\n]*\n(.*?)(?=^TASK \[|^PLAY |\Z)" % re.escape(task), output))
+
+
 def _shown(args):
     """A run's arguments for the summary: extra variables by name only (some are test secrets)."""
     return " ".join(re.sub(r"^([\w.]+)=.*", r"\1=...", str(a)) for a in args)[:110]

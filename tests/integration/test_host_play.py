@@ -54,7 +54,7 @@ from ansible_collections.gpuserve.llm.plugins.module_utils.port_owner import lis
 import front_fuzz
 from fleet_client import HeldOnLeave, StreamLoad, multiturn, one_host_per_conversation, share, tls_context, trust, untrust
 from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, children_cpu, docker, files_text, find_secrets,
-                      host_requirements, measured, vaulted, vaulted_dict)
+                      host_requirements, measured, task_results, vaulted, vaulted_dict)
 from outsider import Outsider
 from ssh_hosts import HostNetworks, SSHHosts
 # repo_dir is the stand-in hub's fixture, used by name.
@@ -1172,11 +1172,6 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     measured("fleet test: LIVE %.0f s, rerun, check and failures %.0f s, rolls %.0f s, in all %.0f s; %d runs at -vvv, "
              "%d places searched for secrets" % (live_s, rerun_s, roll_s, time.monotonic() - started, len(runs),
                                                  len(places)))
-
-
-def task_results(output, task):
-    """What a playbook's output says under every header of the task named (its batches'), up to the next header."""
-    return "".join(re.findall(r"(?ms)^TASK \[%s[^\n]*\n(.*?)(?=^TASK \[|^PLAY |\Z)" % re.escape(task), output))
 
 
 def _service(docker_host, host):

@@ -8,7 +8,6 @@ import datetime
 import ipaddress
 import json
 import os
-import re
 import socket
 import ssl
 import threading
@@ -26,7 +25,7 @@ from cryptography.x509.oid import NameOID
 import sysfs_tree
 from ansible_collections.gpuserve.llm.plugins.module_utils import port_owner
 from outsider import Outsider
-from conftest import broken_image, docker, service_containers as containers
+from conftest import broken_image, docker, service_containers as containers, task_results
 
 API_KEY = "sk-service-test-SECRET"
 CPU = dict(llm_engine="llamacpp", llm_gpus=[], llm_kv="bf16", llm_vision=False, llm_dense="q4", llm_model_dense="q4",
@@ -181,8 +180,8 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
         assert moved.rc == 0 and moved.says("front https://%s:18130" % gateway), moved
         # New names: the certificate is requested and signed anew (a certificate the CA's, this key's and fresh for
         # its names is not: the SSH fleet's rerun, test_host_play.py).
-        assert re.search(r"TASK \[gpuserve\.llm\.front : Sign the front's certificate[^\n]*\n((?!TASK )[^\n]*\n){0,3}"
-                         r"changed: \[cpu1", moved.output), "signed anew"
+        signed = task_results(moved.output, "gpuserve.llm.front : Sign the front's certificate")
+        assert "changed: [cpu1" in signed, signed
         assert containers(docker_host, prefix) == now, "a front setting moves the front, not the engine"
         assert dict((port, sorted(s["address"] for s in port_owner.listeners("/proc", port)))
                     for port in (18130, 28130)) == {18130: [gateway], 28130: ["127.0.0.1"]}
@@ -203,8 +202,8 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
     assert both.says("The last lines of its log:") and not both.says("passed the health gate"), both
     # The collection's CA, there since the run above, is read by preflight (its end checked) without a module run to
     # find it.
-    assert re.search(r"TASK \[gpuserve\.llm\.preflight : Read the certificate \(its dates and names\)\][^\n]*\n"
-                     r"((?!TASK )[^\n]*\n){0,3}ok: \[cpu1", both.output), "preflight read the CA"
+    read = task_results(both.output, "gpuserve.llm.preflight : Read the certificate (its dates and names)")
+    assert "ok: [cpu1" in read, read
     assert not both.says("the fronts' CA"), both  # read, and no finding of it (a failed read is one)
     assert API_KEY not in both.output
 
