@@ -73,16 +73,16 @@ DECODE_STEP = re.compile(r"^execute_context_0\(0\)_generation_1\(1\)$")
 FAMILIES = [
     ("fused_moe", r"fused_moe|moe_align|moe_sum|moe_|_moe|expert|grouped_topk|noaux|topkGating|topk_with_k2|topk_softmax"),
     ("attention", r"flash_|flash::|FlashAttn|fmha|BatchPrefill|BatchDecode|reshape_and_cache|concat_and_cache|"
-                  r"paged_attention|[Aa]ttention|prepare_varlen|scaled_fp8_quant"),
+                  r"paged_attention|[Aa]ttention|prepare_varlen|scaled_fp8_quant|reduce_segments"),
     ("block-FP8 GEMMs", r"deep_gemm|DeepGemm|deepgemm|blockscale|BlockScale|per_token_group|fp8_gemm|Fp8Gemm|w8a8|"
-                        r"cutlass.*([Ff]p8|e4m3)|scale_1x128"),
+                        r"cutlass.*([Ff]p8|e4m3)|scale_1x128|_gpuserve_gemv|_gpuserve_finish"),
     ("norms, rotary, activation", r"rms_norm|rmsnorm|RMSNorm|layer_norm|LayerNorm|rotary|[Rr]ope|silu|act_and_mul|gelu|"
                                   r"swiglu|rsqrt|mean_mul_pow"),
     ("sampling", r"[Ss]ampl|ArgMax|argmax|TopKTopP|TopPRenorm|TopKRenorm|TopKMask|RadixTopK|top_k_top_p|topk_topp|"
                  r"[Ss]oft[Mm]ax|gumbel|[Ee]xponential|distribution_"),
 ]
 ATTENTION_MAIN = re.compile(r"FlashAttnFwdSm|flash_fwd_kernel|flash_fwd_splitkv_kernel|BatchDecodeWithPagedKVCache|"
-                            r"BatchPrefillWithPagedKVCache")  # one a layer a step
+                            r"BatchPrefillWithPagedKVCache|kernel_unified_attention")  # one a layer a step
 GEMM_LIKE = re.compile(r"gemm|gemv|nvjet|xmma|cublas|cutlass|matmul|wgmma|splitK", re.I)
 FAMILY_ORDER = ["block-FP8 GEMMs", "fused_moe", "attention", "other", "norms, rotary, activation", "lm_head",
                 "sampling"]
