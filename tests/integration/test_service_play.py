@@ -162,11 +162,13 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
 
     # --check says what would change and changes nothing; with a given certificate that ends in 10 days and does
     # not name the address the front is reached at, preflight warns of both.
-    soon = certificate(tmp_path, "soon", (-1, 10), ["api.example.com"])
+    # The pair is given relative to where ansible-playbook runs (tmp_path), as a user may.
+    soon = dict(certificate(tmp_path, "soon", (-1, 10), ["api.example.com"]), llm_tls_cert_file="soon.crt",
+                llm_tls_key_file="soon.key")
     preview = fleet.run("site.yml", "--check", "-e", "llm_parallel=3", "-e", json.dumps(soon))
     assert preview.rc == 0 and preview.says("would start %s-a and stop %s-b" % (prefix, prefix)), preview
-    assert preview.says("W_CERT_EXPIRING [warning] cpu1 llm_tls_cert_file %s: llm_tls_cert_file %s expires on" % (
-        (tmp_path / "soon.crt",) * 2)) and preview.says("within 30 days"), preview
+    assert preview.says("W_CERT_EXPIRING [warning] cpu1 llm_tls_cert_file soon.crt: llm_tls_cert_file soon.crt "
+                        "expires on") and preview.says("within 30 days"), preview
     assert preview.says("does not name 127.0.0.1 (it names api.example.com)"), preview
     assert containers(docker_host, prefix) == now
     assert get(https + "/v1/models", context=context)["data"], "the front kept the CA's certificate"
@@ -176,8 +178,13 @@ def test_one_host_from_check_to_live_rerun_roll_and_a_failed_change_rolled_back(
     # loopback (issue 36: tested, not assumed). What listens, read as `ss -ltn` does, says the same.
     with Outsider(docker_host, os.environ["GPUSERVE_TESTHOST_IMAGE"]) as other:
         gateway = other.address
-        moved = fleet.run("site.yml", "-e", "llm_parallel=2", *tls, "-e", "llm_host=" + gateway)
+        # The CA's folder given relative to where ansible-playbook runs (tmp_path): the same CA, read by the
+        # lookups and the modules alike.
+        ca_before = ca.read_bytes()
+        moved = fleet.run("site.yml", "-e", "llm_parallel=2", *tls, "-e", "llm_host=" + gateway,
+                          "-e", "llm_tls_ca_dir=.gpuserve/tls")
         assert moved.rc == 0 and moved.says("front https://%s:18130" % gateway), moved
+        assert moved.says("clients trust %s)" % ca) and ca.read_bytes() == ca_before, moved
         # New names: the certificate is requested and signed anew (a certificate the CA's, this key's and fresh for
         # its names is not: the SSH fleet's rerun, test_host_play.py).
         signed = task_results(moved.output, "gpuserve.llm.front : Sign the front's certificate")
