@@ -285,8 +285,9 @@ run_pytest() {  # run_pytest VENV PATHS...: pytest's exit 5 (no tests collected)
   return "$rc"
 }
 
-unit_touching_ansible() {  # unit_touching_ansible VENV: the unit test files that touch Ansible's code (the others
-  # answer the same under any ansible-core: tests/ansible_touch.py, tests/unit/conftest.py)
+unit_touching_ansible() {  # unit_touching_ansible VENV: the unit test files that touch Ansible's code; the others
+  # answer the same under any ansible-core and run once, under the newest (Python 3.12, the GPU hosts' Python; the
+  # Debian test hosts run the host-side code under 3.11 in the playbook tests): tests/core_touch.py
   GPUSERVE_UNIT_TOUCHING_ANSIBLE=1 run_pytest "$1" tests/unit
 }
 
@@ -389,11 +390,13 @@ lane_lint() {
 if [[ ${GPUSERVE_TEST_SETUP_ONLY:-0} != 1 ]]; then
   inputs_key checks
   queue_background checks "ansible-lint, collection build and install, ansible-test sanity 2.19${PY312:+ (pylint under the newest)}, beside" lane_lint
-  queue_background checks "pytest unit, ansible-core 2.19, beside" run_pytest .venv tests/unit
   if [[ -n $PY312 ]]; then
+    queue_background checks "pytest unit, ansible-core 2.19 (the files touching Ansible), beside" \
+      unit_touching_ansible .venv
     queue_background checks "ansible-test sanity, newest ansible-core, beside" tests/testbed/sanity.sh .venv-latest
-    queue_background checks "pytest unit, newest ansible-core (the files touching Ansible), beside" \
-      unit_touching_ansible .venv-latest
+    queue_background checks "pytest unit, newest ansible-core, beside" run_pytest .venv-latest tests/unit
+  else
+    queue_background checks "pytest unit, ansible-core 2.19, beside" run_pytest .venv tests/unit
   fi
   start_background checks 10
 fi
@@ -448,9 +451,11 @@ for t in "${PLAYBOOKS_IN_FRONT[@]}"; do BESIDE+=("--deselect=$t"); done
 queue_background molecule "pytest playbooks (${#PLAYBOOKS_BESIDE[@]} files), $PLAYBOOK_CORE, beside" \
   task_timed beside run_pytest "$PLAYBOOK_VENV" --durations=10 "${BESIDE[@]}"
 start_background molecule
+declare -A IS_BESIDE=()
+for f in "${PLAYBOOKS_BESIDE[@]}"; do IS_BESIDE[$f]=1; done
 FOREGROUND=()  # every other file (a new one runs here), then the tests moved to the front
 for f in tests/integration/test_*.py; do
-  printf '%s\n' "${PLAYBOOKS_BESIDE[@]}" | grep -qxF "$f" || FOREGROUND+=("$f")
+  [[ -n ${IS_BESIDE[$f]:-} ]] || FOREGROUND+=("$f")
 done
 FOREGROUND+=("${PLAYBOOKS_IN_FRONT[@]}")
 # Every stream is waited for and printed, a failed one or not; the first failure's rc is the run's.

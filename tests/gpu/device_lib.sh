@@ -149,17 +149,18 @@ patch_on() {  # N: the image stage's applier on the unpacked bundle, its log as 
     "$TARGET sha256 $(sha256sum "$SITE/$TARGET" | cut -c1-16)"
 }
 
-results() {  # everything the driver wrote, into $OUT (carriage returns made newlines, but in gzip files)
+results() {  # everything the driver wrote, into $OUT (carriage returns made newlines in text files)
   local f
   [[ -f $WORK/driver.log ]] && tr '\r' '\n' < "$WORK/driver.log" > "$OUT/driver.log"
   rm -rf /root/results && mkdir -p /root/results
   (cd "$WORK" && find . -type f ! -name driver.log ! -name driver.pid ! -name deadline) |
     while read -r f; do
       mkdir -p "/root/results/$(dirname "$f")"
-      case $f in  # profile_step.py's kept traces are gzip: copied as they are
-        *.gz) cp "$WORK/$f" "/root/results/$f" ;;
-        *) tr '\r' '\n' < "$WORK/$f" > "/root/results/$f" ;;
-      esac
+      if grep -qI '' "$WORK/$f"; then  # text (progress bars' carriage returns made newlines)
+        tr '\r' '\n' < "$WORK/$f" > "/root/results/$f"
+      else  # binary or empty (profile_step.py's gzip traces): as it is
+        cp "$WORK/$f" "/root/results/$f"
+      fi
     done
   tar -C /root/results -cf - . | xz -T0 -6 > "$OUT/results.tar.xz"
   ls -la "$OUT"

@@ -9,7 +9,7 @@ import urllib.request
 
 from conftest import BIN, ROOT, docker
 
-PORT = 18150
+PORT = 18160  # not 18150: test_autotune_play.py (the other stream) serves there
 NAME = "gpuserve-test-main"
 
 

@@ -1,8 +1,9 @@
-"""Under the second ansible-core (tests/run.sh sets GPUSERVE_UNIT_TOUCHING_ANSIBLE=1), only the files that touch
-Ansible's code run: the others gave their answer under the first (tests/ansible_touch.py says which and why)."""
+"""Under ansible-core 2.19 (tests/run.sh sets GPUSERVE_UNIT_TOUCHING_ANSIBLE=1 where the newest runs too), only the
+files that touch Ansible's code run: the others answer the same under the newest (tests/core_touch.py says which
+and why)."""
 import os
 
-from ansible_touch import touches_ansible
+from core_touch import touches_core
 
 
 def pytest_collection_modifyitems(config, items):
@@ -12,17 +13,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         path = str(item.path)
         if path not in verdict:
-            verdict[path] = touches_ansible(path)
+            verdict[path] = touches_core(path)
     kept = [item for item in items if verdict[str(item.path)]]
     left = [item for item in items if not verdict[str(item.path)]]
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
-    config.ansible_free_files = sorted(os.path.basename(p) for p, why in verdict.items() if not why)
+    config.core_free_files = sorted(os.path.basename(p) for p, why in verdict.items() if not why)
 
 
 def pytest_report_collectionfinish(config):
-    files = getattr(config, "ansible_free_files", None)
+    files = getattr(config, "core_free_files", None)
     if files:
-        return "touching no Ansible code, run under the first ansible-core only: %s" % ", ".join(files)
+        return "touching no Ansible code, run under the newest ansible-core only: %s" % ", ".join(files)
     return None
