@@ -2,7 +2,7 @@
 # What the device runs' scripts share (sourced, on the GPU machine): carrying vLLM in parts over calls back to back,
 # unpacking it once a lease, a guarded command, the call's time left, and the JIT caches a full-shape start compiles.
 # Taken from h200-engine-as-served-2026-12-02/run.sh and h200-graphs-ngram-2026-12-03/run.sh, which keep their own
-# copies (they are records). The sourcing script sets:
+# copies (they are records). The sourcing script sets, or has device_args set from its arguments:
 #   C   the carried folder of this call (absolute): vllm/ and engine/ parts (tests/gpu/carry.sh vllm engine), and
 #       optionally repo/ (git archive of the commit measured) and jit-cache/ (jit_cache_pack's parts)
 #   T0  the call's start (date +%s); CALL_S: the seconds a call may use (585 unless set)
@@ -10,6 +10,18 @@
 
 STASH=${STASH:-/root/stash}
 VLLM_DEST=${VLLM_DEST:-/root/vllm}
+
+device_args() {  # MODE CARRIED, the run script's own arguments: MODE, C, SELF (the script), HERE, REPO, TAG (CALL
+  # or MODE), T0 and WORK (/root/work unless set), which the driver functions below read
+  MODE=${1:?usage: run.sh stash|start|wait|collect|drive CARRIED}
+  C=$(cd "${2:?the carried folder}" && pwd)
+  SELF=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)/$(basename "${BASH_SOURCE[1]}")
+  HERE=$(dirname "$SELF")
+  REPO=$(cd "$HERE/../../.." && pwd)
+  TAG=${CALL:-$MODE}
+  T0=$(date +%s)
+  WORK=${WORK:-/root/work}
+}
 
 device_banner() {  # TAG: the machine, the GPU's state, and what an earlier call of this lease left
   echo "== $(date -u +%FT%TZ) $1: $(nproc) cores, $(uname -r); $(nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem,power.limit,temperature.gpu --format=csv,noheader)"

@@ -26,16 +26,9 @@
 #   6. triton-attn-3 at 1, 16, 40, as the deadline allows
 # No GPU setting is changed. Every vLLM server runs in a process group of its own (guarded), ended by its id.
 set -uo pipefail
-MODE=${1:?usage: run.sh stash|start|wait|collect|drive CARRIED}
-C=$(cd "${2:?the carried folder}" && pwd)
-SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
-HERE=$(dirname "$SELF")
-REPO=$(cd "$HERE/../../.." && pwd)
-TAG=${CALL:-$MODE}
-T0=$(date +%s)
-WORK=${WORK:-/root/work}
 # shellcheck source=tests/gpu/device_lib.sh
-source "$HERE/../device_lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../device_lib.sh"
+device_args "$@"  # MODE, C, SELF, HERE, REPO, TAG, T0, WORK
 engine_env  # SITE, TARGET, PATCH_DIR, PATCH; bench and patch_on are the library's
 
 if [[ $MODE == drive ]]; then  # detached (setsid) by start
