@@ -419,15 +419,30 @@ fi
 check_phase "yamllint" .venv/bin/yamllint -s .
 check_phase "shellcheck" shellcheck tests/run.sh tests/testbed/*.sh tests/gpu/*.sh tests/gpu/*/*.sh scripts/*.sh .ci/run
 # The playbook tests in two streams (the newest ansible-core, where Python 3.12 is): these files in the
-# background after molecule's scenarios, every other file in the foreground; the checks in a third.
-# The image stage's file is beside, the main command's in front: the foreground ended ~240 s after the
-# background, on one busy core (a clean clone of 2c24ead, 2026-12-05).
+# background after molecule's scenarios, every other file in the foreground (the SSH fleet test first, the longest),
+# but PLAYBOOKS_EITHER (below); the checks in a third.
 PLAYBOOKS_BESIDE=(tests/integration/test_autotune_play.py tests/integration/test_service_play.py
-                  tests/integration/test_weights_play.py tests/integration/test_image_play.py
-                  tests/integration/test_weights_hub.py tests/integration/test_preflight_play.py)
-# A test of those files run in the foreground instead: the background stream ended 56-63 s after the foreground in
-# the three clean clones of 2026-12-05 (the run's last minute on one stream), and this one takes ~32 s.
-PLAYBOOKS_IN_FRONT=(tests/integration/test_preflight_play.py::test_second_run_changes_nothing)
+                  tests/integration/test_image_play.py tests/integration/test_weights_hub.py)
+# Files either stream runs, each taken once by the first stream done with its own (longest first): the SSH fleet
+# test, the foreground's, took 1,278 to 1,479 s in clean clones a day apart, so a fixed split left one stream
+# running alone for 60 to 220 s at the end. Each of these runs safely beside any other file (ports of its own).
+PLAYBOOKS_EITHER=(tests/integration/test_preflight_play.py tests/integration/test_main_command.py
+                  tests/integration/test_weights_play.py)
+EITHER_TAKEN=$(mktemp -d)
+take_either() {  # take_either VENV: each file of PLAYBOOKS_EITHER that no stream took yet (mkdir is the lock); rc: the
+  # first failure's
+  local i rc=0 code took=()
+  for i in "${!PLAYBOOKS_EITHER[@]}"; do
+    mkdir "$EITHER_TAKEN/$i" 2>/dev/null || continue
+    took+=("${PLAYBOOKS_EITHER[$i]}")
+    echo "=== taken by this stream: ${PLAYBOOKS_EITHER[$i]}"
+    code=0
+    run_pytest "$1" --durations=10 "${PLAYBOOKS_EITHER[$i]}" || code=$?
+    [[ $rc != 0 ]] || rc=$code
+  done
+  [[ ${#took[@]} -gt 0 ]] || echo "=== none left: the other stream took every one"
+  return "$rc"
+}
 PLAYBOOK_VENV=.venv
 PLAYBOOK_CORE="ansible-core 2.19"
 [[ ! -x .venv-latest/bin/python ]] || PLAYBOOK_VENV=.venv-latest PLAYBOOK_CORE="newest ansible-core"
@@ -446,24 +461,27 @@ molecule_scenario() {  # molecule_scenario NAME: molecule test -s NAME; on failu
 for s in preflight default; do
   queue_background molecule "${MOLECULE[$s]}" task_timed "molecule-$s" molecule_scenario "$s"
 done
-BESIDE=("${PLAYBOOKS_BESIDE[@]}")
-for t in "${PLAYBOOKS_IN_FRONT[@]}"; do BESIDE+=("--deselect=$t"); done
 queue_background molecule "pytest playbooks (${#PLAYBOOKS_BESIDE[@]} files), $PLAYBOOK_CORE, beside" \
-  task_timed beside run_pytest "$PLAYBOOK_VENV" --durations=10 "${BESIDE[@]}"
+  task_timed beside run_pytest "$PLAYBOOK_VENV" --durations=10 "${PLAYBOOKS_BESIDE[@]}"
+queue_background molecule "pytest playbooks, the files either stream runs: those left, beside" \
+  task_timed beside-either take_either "$PLAYBOOK_VENV"
 start_background molecule
-declare -A IS_BESIDE=()
-for f in "${PLAYBOOKS_BESIDE[@]}"; do IS_BESIDE[$f]=1; done
-FOREGROUND=()  # every other file (a new one runs here), then the tests moved to the front
+declare -A NOT_FRONT=()
+for f in "${PLAYBOOKS_BESIDE[@]}" "${PLAYBOOKS_EITHER[@]}"; do NOT_FRONT[$f]=1; done
+FOREGROUND=()  # every other file (a new one runs here)
 for f in tests/integration/test_*.py; do
-  [[ -n ${IS_BESIDE[$f]:-} ]] || FOREGROUND+=("$f")
+  [[ -n ${NOT_FRONT[$f]:-} ]] || FOREGROUND+=("$f")
 done
-FOREGROUND+=("${PLAYBOOKS_IN_FRONT[@]}")
 # Every stream is waited for and printed, a failed one or not; the first failure's rc is the run's.
 RC=0
 FG_NAME="pytest playbooks, $PLAYBOOK_CORE"
 FG_LOG=$(mktemp)
 cached "$FG_NAME" || run_phase "$FG_NAME" logged "$FG_LOG" task_timed foreground run_pytest "$PLAYBOOK_VENV" \
   --durations=25 "${FOREGROUND[@]}" || { RC=$?; recap "$FG_NAME" "$FG_LOG"; }
+measured_lines "$FG_LOG"
+EITHER_NAME="pytest playbooks, the files either stream runs: those left"
+cached "$EITHER_NAME" || run_phase "$EITHER_NAME" logged "$FG_LOG" task_timed foreground-either take_either \
+  "$PLAYBOOK_VENV" || { code=$?; [[ $RC != 0 ]] || RC=$code; recap "$EITHER_NAME" "$FG_LOG"; }
 measured_lines "$FG_LOG"
 for stream in checks molecule; do
   join_background "$stream" || { code=$?; [[ $RC != 0 ]] || RC=$code; }
