@@ -435,9 +435,10 @@ take_either() {  # take_either VENV: each file of PLAYBOOKS_EITHER that no strea
   for i in "${!PLAYBOOKS_EITHER[@]}"; do
     mkdir "$EITHER_TAKEN/$i" 2>/dev/null || continue
     took+=("${PLAYBOOKS_EITHER[$i]}")
-    echo "=== taken by this stream: ${PLAYBOOKS_EITHER[$i]}"
+    echo "=== taken by this stream at $(date -u +%T): ${PLAYBOOKS_EITHER[$i]}"
     code=0
     run_pytest "$1" --durations=10 "${PLAYBOOKS_EITHER[$i]}" || code=$?
+    echo "=== ${PLAYBOOKS_EITHER[$i]} ended at $(date -u +%T), rc $code"
     [[ $rc != 0 ]] || rc=$code
   done
   [[ ${#took[@]} -gt 0 ]] || echo "=== none left: the other stream took every one"
