@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import pathlib
 import re
 import resource
 import shutil
@@ -95,10 +96,8 @@ def wheelhouse(tmp_path_factory):
     return str(out)
 
 
-@pytest.fixture(scope="session")
-def seeded_host(wheelhouse, tmp_path_factory):
-    """A set-up host's virtualenv and wheelhouse (made once): what host_venv leaves behind."""
-    root = tmp_path_factory.mktemp("seeded-host")
+def _seed(root, wheelhouse):
+    """A virtualenv at root/venv with the host requirements from `wheelhouse`, and root/wheelhouse its copy."""
     venv, wheels = root / "venv", root / "wheelhouse"
     subprocess.run(["python3", "-m", "venv", str(venv)], check=True)
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
@@ -108,6 +107,54 @@ def seeded_host(wheelhouse, tmp_path_factory):
     # roles/host_venv/vars/main.yml: the wheel names' sha256, which the role compares with its stamp.
     (wheels / ".gpuserve-wheelhouse").write_text(hashlib.sha256(" ".join(names).encode()).hexdigest())
     return venv, wheels
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+@pytest.fixture(scope="session")
+def seeded_host(wheelhouse):
+    """A set-up host's virtualenv and wheelhouse: what host_venv leaves behind. Made once for its inputs (the
+    wheels' bytes, python3's version) in .work/ and shared by the test run's pytest processes (tests/run.sh starts
+    up to five): each took 10-16 s of CPU to make its own. Tests copy it (Fleet.host), never change it. Made where
+    it stays (a virtualenv's scripts name its path), under a lock directory holding the maker's pid."""
+    digest = hashlib.sha256(subprocess.run(["python3", "-V"], stdout=subprocess.PIPE, text=True,
+                                           check=True).stdout.encode())
+    for name in sorted(os.listdir(wheelhouse)):
+        with open(os.path.join(wheelhouse, name), "rb") as f:
+            digest.update(name.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+    root = pathlib.Path(ROOT, ".work", "seeded-host", digest.hexdigest()[:16])
+    done, lock = root / ".complete", pathlib.Path(str(root) + ".lock")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + 300
+    while not done.exists():
+        try:
+            lock.mkdir()
+        except FileExistsError:
+            try:
+                holder = int((lock / "pid").read_text())
+            except (OSError, ValueError):
+                holder = None  # being written
+            if (holder is not None and not _alive(holder)) or time.monotonic() > deadline:
+                shutil.rmtree(str(lock), ignore_errors=True)  # a maker that died (or never ends): made again
+            time.sleep(0.5)
+            continue
+        try:
+            (lock / "pid").write_text(str(os.getpid()))
+            shutil.rmtree(str(root), ignore_errors=True)  # what a maker that died left
+            root.mkdir()
+            _seed(root, wheelhouse)
+            done.write_text("made by pid %d\n" % os.getpid())
+        finally:
+            shutil.rmtree(str(lock), ignore_errors=True)
+    return root / "venv", root / "wheelhouse"
 
 
 @pytest.fixture(scope="session")
