@@ -431,17 +431,17 @@ PLAYBOOKS_EITHER=(tests/integration/test_preflight_play.py tests/integration/tes
 EITHER_TAKEN=$(mktemp -d)
 take_either() {  # take_either VENV: each file of PLAYBOOKS_EITHER that no stream took yet (mkdir is the lock); rc: the
   # first failure's
-  local i rc=0 code took=()
+  local i rc=0 code took=0
   for i in "${!PLAYBOOKS_EITHER[@]}"; do
     mkdir "$EITHER_TAKEN/$i" 2>/dev/null || continue
-    took+=("${PLAYBOOKS_EITHER[$i]}")
+    took=$((took + 1))
     echo "=== taken by this stream at $(date -u +%T): ${PLAYBOOKS_EITHER[$i]}"
     code=0
     run_pytest "$1" --durations=10 "${PLAYBOOKS_EITHER[$i]}" || code=$?
     echo "=== ${PLAYBOOKS_EITHER[$i]} ended at $(date -u +%T), rc $code"
     [[ $rc != 0 ]] || rc=$code
   done
-  [[ ${#took[@]} -gt 0 ]] || echo "=== none left: the other stream took every one"
+  [[ $took -gt 0 ]] || echo "=== none left: the other stream took every one"
   return "$rc"
 }
 PLAYBOOK_VENV=.venv
@@ -464,8 +464,8 @@ for s in preflight default; do
 done
 queue_background molecule "pytest playbooks (${#PLAYBOOKS_BESIDE[@]} files), $PLAYBOOK_CORE, beside" \
   task_timed beside run_pytest "$PLAYBOOK_VENV" --durations=10 "${PLAYBOOKS_BESIDE[@]}"
-queue_background molecule "pytest playbooks, the files either stream runs: those left, beside" \
-  task_timed beside-either take_either "$PLAYBOOK_VENV"
+EITHER_NAME="pytest playbooks, the files either stream runs: those left"
+queue_background molecule "$EITHER_NAME, beside" task_timed beside-either take_either "$PLAYBOOK_VENV"
 start_background molecule
 declare -A NOT_FRONT=()
 for f in "${PLAYBOOKS_BESIDE[@]}" "${PLAYBOOKS_EITHER[@]}"; do NOT_FRONT[$f]=1; done
@@ -480,7 +480,6 @@ FG_LOG=$(mktemp)
 cached "$FG_NAME" || run_phase "$FG_NAME" logged "$FG_LOG" task_timed foreground run_pytest "$PLAYBOOK_VENV" \
   --durations=25 "${FOREGROUND[@]}" || { RC=$?; recap "$FG_NAME" "$FG_LOG"; }
 measured_lines "$FG_LOG"
-EITHER_NAME="pytest playbooks, the files either stream runs: those left"
 cached "$EITHER_NAME" || run_phase "$EITHER_NAME" logged "$FG_LOG" task_timed foreground-either take_either \
   "$PLAYBOOK_VENV" || { code=$?; [[ $RC != 0 ]] || RC=$code; recap "$EITHER_NAME" "$FG_LOG"; }
 measured_lines "$FG_LOG"
