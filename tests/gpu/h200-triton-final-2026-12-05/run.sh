@@ -19,10 +19,11 @@
 #   last:  CALL=sN bash tests/gpu/h200-triton-final-2026-12-05/run.sh collect .  stop what is left, bring back all
 # The driver (everything in /root/work), each bench a server start of bench_recipe_vs_defaults.py recipe-no-mtp:
 #   1. patch 0004 applied with the image stage's applier (apply_series.py)
-#   2. triton-attn-2 at 1, 16, 40 (--attention-backend TRITON_ATTN; built-in GEMV configs); 820 s allowed where no
+#   2. profile-triton: profile_step.py's graphs phase of the TRITON_ATTN command, greedy, trace kept (item 4's table,
+#      first since 2026-12-06: a lease of ~1,400 s holds a cold first start and one more); 820 s allowed where no
 #      JIT caches were carried (the first start compiles)
-#   3. flash-attn-2 at 1, 16, 40 (vLLM's choice, FLASH_ATTN: the baseline again on this lease)
-#   4. profile-triton: profile_step.py's graphs phase of the same command, greedy, trace kept (item 4's table)
+#   3. triton-attn-2 at 1, 16, 40 (--attention-backend TRITON_ATTN; built-in GEMV configs)
+#   4. flash-attn-2 at 1, 16, 40 (vLLM's choice, FLASH_ATTN: the baseline again on this lease)
 #   5. tune_gemv.py on the four one-GPU shapes (keeps_built_in), then tuned-triton at 1 (TRITON_ATTN + that table)
 #   6. triton-attn-3 at 1, 16, 40, as the deadline allows
 # No GPU setting is changed. Every vLLM server runs in a process group of its own (guarded), ended by its id.
@@ -40,12 +41,13 @@ if [[ $MODE == drive ]]; then  # detached (setsid) by start
   TRITON='["--attention-backend", "TRITON_ATTN"]'
   patch_on 1
   # Without the JIT caches (a checkout whose .whl/ was made afresh) the first start compiles for ~470-560 s.
-  FIRST_LIMIT=420
+  FIRST_LIMIT=480
   [[ -d $C/jit-cache ]] || FIRST_LIMIT=820
-  ADD=$TRITON CONC=1,16,40 bench triton-attn-2 200 "$FIRST_LIMIT"
+  step profile-triton 300 "$FIRST_LIMIT" env ADD="$TRITON" PHASES=graphs SAMPLING=greedy KEEP_TRACE=1 STEP_TOKENS=256 \
+    WINDOW_S=0.5 HEALTH_TIMEOUT=$(( FIRST_LIMIT - 80 )) python3 /root/repo/tests/gpu/profile_step.py "$WORK/out/profile" \
+    "$SITE"
+  ADD=$TRITON CONC=1,16,40 bench triton-attn-2 200 420
   CONC=1,16,40 bench flash-attn-2 200 420
-  step profile-triton 240 480 env ADD="$TRITON" PHASES=graphs SAMPLING=greedy KEEP_TRACE=1 STEP_TOKENS=256 \
-    WINDOW_S=0.5 HEALTH_TIMEOUT=400 python3 /root/repo/tests/gpu/profile_step.py "$WORK/out/profile" "$SITE"
   step tune-tp1 120 300 env PYTHONPATH="$SITE" python3 "$TUNER" --out "$TABLE" --shape 14336x4096:46 \
     --shape 4096x12288:46 --shape 2816x4096:45 --shape 4096x1408:45
   [[ -f $TABLE ]] && ADD=$TRITON GPUSERVE_GEMV_CONFIGS=$TABLE CONC=1 bench tuned-triton 150 230
