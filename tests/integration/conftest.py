@@ -378,31 +378,6 @@ def fleet(tmp_path, wheelhouse, docker_host, seeded_host):
     return Fleet(tmp_path, wheelhouse, docker_host, seeded_host)
 
 
-def secret_forms(secret):
-    """The ways a secret could be written: as is, JSON-escaped, URL-quoted, in an HTTP header, and base64'd
-    inside any text (at each of base64's three alignments: the middle of the secret's encoding there)."""
-    import base64
-    import urllib.parse
-
-    forms = {secret, json.dumps(secret)[1:-1], urllib.parse.quote(secret, safe=""), "Bearer " + secret}
-    for pad in ("", "x", "xx"):
-        encoded = base64.b64encode((pad + secret).encode()).decode()
-        forms.add(encoded[4 if pad else 0:-4])
-    return sorted(f for f in forms if len(f) >= 8)
-
-
-def find_secrets(secrets, places):
-    """Where any form of any secret appears. `secrets`: {name: value}; `places`: {place: text}."""
-    found = []
-    for place, text in places.items():
-        for name, value in secrets.items():
-            for form in secret_forms(value):
-                if form in text:
-                    found.append("%s in %s (as %r)" % (name, place, form if form != value else "itself"))
-                    break
-    return found
-
-
 def files_text(*roots):
     """{path: text} of every file under the roots (bytes read as latin-1, so binary files are searched too)."""
     out = {}

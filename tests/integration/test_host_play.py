@@ -53,9 +53,10 @@ from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_t
 from ansible_collections.gpuserve.llm.plugins.module_utils.port_owner import listeners
 import front_fuzz
 from fleet_client import HeldOnLeave, StreamLoad, multiturn, one_host_per_conversation, share, tls_context, trust, untrust
-from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, children_cpu, docker, files_text, find_secrets,
-                      host_requirements, measured, task_results, vaulted, vaulted_dict)
+from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, children_cpu, docker, files_text, host_requirements,
+                      measured, task_results, vaulted, vaulted_dict)
 from outsider import Outsider
+from secret_search import find_secrets
 from ssh_hosts import HostNetworks, SSHHosts
 # repo_dir is the stand-in hub's fixture, used by name.
 from test_weights_hub import HUB, TOKEN, StandIn, repo_dir, wanted_bytes  # noqa: F401 pylint: disable=unused-import
@@ -1169,11 +1170,14 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
                                                           "/tmp", "/etc/docker", "/etc/gpuserve", "/var/log"]))
     assert any("/logs/%s/" % badkey in p for p in places) and any("/reports/fleet/" in p for p in places)
     assert any(p.startswith(good + ":/var/lib/gpuserve/hf/") for p in places), sorted(places)[:20]
+    searching = time.process_time()
     leaks = find_secrets(secrets, places)
+    searched_s = time.process_time() - searching
     assert leaks == [], "\n".join(leaks)
     measured("fleet test: LIVE %.0f s, rerun, check and failures %.0f s, rolls %.0f s, in all %.0f s; %d runs at -vvv, "
-             "%d places searched for secrets" % (live_s, rerun_s, roll_s, time.monotonic() - started, len(runs),
-                                                 len(places)))
+             "%d places searched for secrets (%.0f MB, %.1f s of CPU)" % (
+                 live_s, rerun_s, roll_s, time.monotonic() - started, len(runs), len(places),
+                 sum(len(text) for text in places.values()) / 1e6, searched_s))
 
 
 def _service(docker_host, host):
