@@ -378,8 +378,8 @@ def fleet(tmp_path, wheelhouse, docker_host, seeded_host):
     return Fleet(tmp_path, wheelhouse, docker_host, seeded_host)
 
 
-def files_text(*roots):
-    """{path: text} of every file under the roots (bytes read as latin-1, so binary files are searched too)."""
+def files_bytes(*roots):
+    """{path: bytes} of every file under the roots (binary files too: the search for secrets reads bytes)."""
     out = {}
     for root in roots:
         for folder, _dirs, names in os.walk(str(root)):
@@ -387,7 +387,7 @@ def files_text(*roots):
                 path = os.path.join(folder, name)
                 if os.path.isfile(path) and not os.path.islink(path):
                     with open(path, "rb") as f:
-                        out[path] = f.read().decode("latin-1")
+                        out[path] = f.read()
     return out
 
 

@@ -53,7 +53,7 @@ from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_t
 from ansible_collections.gpuserve.llm.plugins.module_utils.port_owner import listeners
 import front_fuzz
 from fleet_client import HeldOnLeave, StreamLoad, multiturn, one_host_per_conversation, share, tls_context, trust, untrust
-from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, children_cpu, docker, files_text, host_requirements,
+from conftest import (BIN, ROOT, SCENARIOS, TESTS, Result, _double, children_cpu, docker, files_bytes, host_requirements,
                       measured, task_results, vaulted, vaulted_dict)
 from outsider import Outsider
 from secret_search import find_secrets
@@ -553,9 +553,9 @@ def host_listeners(docker_host, host, ports, workdir):
     return dict((p, " ".join(sorted(s["address"] for s in listeners(str(proc), p)))) for p in ports)
 
 
-def host_files_text(docker_host, host, paths):
-    """{host:path: text} of every file under those of `paths` the host has (read out of band: tar through
-    docker exec; bytes read as latin-1, so binary files are searched too)."""
+def host_files_bytes(docker_host, host, paths):
+    """{host:path: bytes} of every file under those of `paths` the host has (read out of band: tar through
+    docker exec; binary files too)."""
     got = subprocess.run(["docker", "-H", docker_host, "exec", host, "sh", "-c", "tar --warning=no-file-changed "
                           "--warning=no-file-removed -cf - $(ls -d %s 2>/dev/null)" % " ".join(paths)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
@@ -564,7 +564,7 @@ def host_files_text(docker_host, host, paths):
     with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tar:
         for member in tar:
             if member.isfile():
-                out["%s:/%s" % (host, member.name)] = tar.extractfile(member).read().decode("latin-1")
+                out["%s:/%s" % (host, member.name)] = tar.extractfile(member).read()
     return out
 
 
@@ -1164,10 +1164,10 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # gave), and on each host the collection's folders, the users' homes, /tmp and the logs.
     inputs = set(str(tmp_path / n) for n in ("hosts.yml", "vaulted.yml", "vault-password", "keys-ci-old.yml",
                                              "keys-ci-new.yml", "keys-wrong.yml"))
-    places.update((path, text) for path, text in files_text(tmp_path).items() if path not in inputs)
+    places.update((path, data) for path, data in files_bytes(tmp_path).items() if path not in inputs)
     for name in engines:
-        places.update(host_files_text(docker_host, name, ["/var/lib/gpuserve", "/opt/gpuserve", "/home", "/root",
-                                                          "/tmp", "/etc/docker", "/etc/gpuserve", "/var/log"]))
+        places.update(host_files_bytes(docker_host, name, ["/var/lib/gpuserve", "/opt/gpuserve", "/home", "/root",
+                                                           "/tmp", "/etc/docker", "/etc/gpuserve", "/var/log"]))
     assert any("/logs/%s/" % badkey in p for p in places) and any("/reports/fleet/" in p for p in places)
     assert any(p.startswith(good + ":/var/lib/gpuserve/hf/") for p in places), sorted(places)[:20]
     searching = time.process_time()
