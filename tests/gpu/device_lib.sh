@@ -143,10 +143,11 @@ engine_env() {  # the engine as served (CUDA's nvcc for flashinfer's JIT, DeepGE
 }
 
 bench() {  # NAME NEED LIMIT: one server start of bench mode recipe-no-mtp (CONC: its rows, 1,16,40 unless set; ADD:
-  # flags added, JSON), greedy prose, 5 timed passes a row; the server stopped; what vLLM selected and logged
+  # flags added, JSON; LAYERS: 46, the full shape, unless set), greedy prose, 5 timed passes a row; the server
+  # stopped; what vLLM selected and logged
   local name=$1 need=$2 limit=$3
   echo "== $name: $TARGET sha256 $(sha256sum "$SITE/$TARGET" | cut -c1-16); GPUSERVE_GEMV_CONFIGS=${GPUSERVE_GEMV_CONFIGS:-}; ADD=${ADD:-}"
-  step "$name" "$need" "$limit" env NAME="$name" BUDGET_S=$(( limit - 50 )) LAYERS=46 KINDS=prose \
+  step "$name" "$need" "$limit" env NAME="$name" BUDGET_S=$(( limit - 50 )) LAYERS="${LAYERS:-46}" KINDS=prose \
     CONCURRENCY="${CONC:-1,16,40}" REPEATS=5 SIDE='' PREFILL='' REUSE=0 HEALTH_TIMEOUT=$(( limit - 90 )) \
     DROP=--kv-cache-memory-bytes TEMPERATURES=0 ADD="${ADD:-}" \
     python3 /root/repo/tests/gpu/bench_recipe_vs_defaults.py "$WORK/out" recipe-no-mtp "$SITE" || return 1
