@@ -126,12 +126,19 @@ def check_iommu(sysfs, proc, gpu_bus_ids):
                                         "on GPU %s: no %s in %s/bus/pci/devices" % (bus_id, bdf, sysfs),
                                         check="W_IOMMU", what="IOMMU", gpus=[bus_id]))
             continue
+        if not os.path.exists(os.path.join(device, "iommu_group")):
+            facts["groups"][bdf] = None  # no IOMMU group: the IOMMU is off
+            continue
         type_file = os.path.join(device, "iommu_group", "type")
         try:
             with open(type_file) as f:
                 kind = f.read().strip()
-        except (IOError, OSError):
-            facts["groups"][bdf] = None  # no IOMMU group: the IOMMU is off
+        except (IOError, OSError) as e:
+            # A group whose type cannot be read (kernels before 5.11 have no such file) is not a group that passes.
+            facts["groups"][bdf] = "unknown"
+            findings.append(finding("W_CHECK_SKIPPED", "GPU %s" % bus_id, "the IOMMU check (W_IOMMU) was not made on "
+                                    "GPU %s: %s could not be read (%s)" % (bus_id, type_file, e.strerror or e),
+                                    check="W_IOMMU", what="IOMMU", gpus=[bus_id]))
             continue
         facts["groups"][bdf] = kind
         if kind.startswith("DMA"):

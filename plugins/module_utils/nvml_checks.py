@@ -233,6 +233,8 @@ def _device_facts(call, index):
     pending, perr = call("nvmlDeviceGetRetiredPagesPendingStatus", handle)
     if not perr:
         retired["pending"] = int(pending)
+    elif retired:
+        unanswered["retired_pages_pending"] = perr
     gpu["retired_pages"] = retired or None
     gpu["temperature_c"] = call("nvmlDeviceGetTemperature", handle, 0)[0]
     gpu["processes"] = _processes(call, handle, unanswered)
@@ -428,6 +430,8 @@ def _skipped(gpu, expected_power_w):
     # Row remapping (Ampere and later) or page retirement (before): either one answering is the check made.
     if gpu.get("remapped_rows") is None and gpu.get("retired_pages") is None:
         out.append(("row remapping and retired pages", "E_GPU_HEALTH", why("remapped_rows", "retired_pages")))
+    elif gpu.get("remapped_rows") is None and "retired_pages_pending" in missing:
+        out.append(("pages pending retirement", "E_GPU_HEALTH", why("retired_pages_pending")))
     if "compute_processes" in missing or "graphics_processes" in missing:
         out.append(("other processes", "E_GPU_BUSY", why("compute_processes", "graphics_processes")))
     if "memory_free_mib" in missing:
@@ -452,6 +456,7 @@ WHAT = {
     "ecc_uncorrected_volatile": "NVML did not report the uncorrected ECC error count",
     "remapped_rows": "NVML did not report the remapped rows",
     "retired_pages": "nor the retired pages",
+    "retired_pages_pending": "NVML did not say whether pages are pending retirement",
     "compute_processes": "NVML did not list the compute processes",
     "graphics_processes": "NVML did not list the graphics processes",
     "memory_free_mib": "NVML did not report the memory",

@@ -314,7 +314,12 @@ def nvmlDeviceGetRetiredPages(handle, cause):
 
 
 def nvmlDeviceGetRetiredPagesPendingStatus(handle):
-    return _value(handle, "retired_pages").get("pending", 0)
+    pending = _value(handle, "retired_pages").get("pending", 0)
+    if pending is None:
+        raise NVMLError_NotSupported()
+    if _failed(pending):
+        _raise(pending)
+    return pending
 
 
 def _procs(handle, kind):

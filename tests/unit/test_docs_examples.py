@@ -3,6 +3,7 @@ validation accepts. The examples are read from the docs themselves - README.md, 
 meta/argument_specs.yml (defaults and descriptions), the roles' defaults and the example inventories - and
 fed to settings.validate with the specs load_specs reads."""
 import glob
+import json
 import os
 import re
 
@@ -14,7 +15,9 @@ from settings_bases import CPU, DEFAULTS, OPTIONS, ROOT, SGLANG, SPECS
 
 # The profiles a documented value may belong to: the recipe (vLLM), the CPU profile (llama.cpp), SGLang.
 BASES = [DEFAULTS, dict(CPU, llm_media_urls="any"), SGLANG]
-DOCS = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+# The docs' pages and the READMEs of their examples (docs/examples/<name>/README.md: the commands that made them).
+DOCS = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) + sorted(
+    glob.glob(os.path.join(ROOT, "docs", "*", "*", "README.md")))
 PREFIXES = SPECS.prefixes
 SETTING = r"(?:%s)[a-z0-9_]+" % "|".join(re.escape(p) for p in PREFIXES)
 # Placeholders a doc writes where the user puts their own value: not a value to try.
@@ -42,6 +45,10 @@ def doc_examples():
         # -e name=value, -e 'name=value', -e "name=value"
         for m in re.finditer(r"-e +['\"]?(%s)=([^\s'\"`]+)" % SETTING, text):
             found.append((where, m.group(1), _typed(m.group(2))))
+        # -e '{"name": value, ...}': JSON extra-vars, each setting in it
+        for m in re.finditer(r"-e +'(\{[^']*\})'", text):
+            for name, value in sorted(json.loads(m.group(1)).items()):
+                found.append((where, name, value))
         # `name: value` and `name=value` in prose and tables (not `llm_host:llm_port`, an address)
         for m in re.finditer(r"`(%s)(?:: +| *= *)([^`]+)`" % SETTING, text):
             if not PLACEHOLDER.search(m.group(2)) and m.group(2).strip():
@@ -138,6 +145,9 @@ def test_the_docs_give_examples_to_try():
     names = set((n, repr(v)) for w, n, v in EXAMPLES if not isinstance(v, tuple))
     assert ("llm_port", "8021") in names and ("llm_media_urls", "'any'") in names
     assert ("verify_needle_sizes", "[32768]") in names  # "Needle prompt sizes, in tokens or as fractions"
+    # An example's README, and the JSON form of -e in it.
+    example = [(n, v) for w, n, v in EXAMPLES if w == "docs/examples/cpu-llamacpp/README.md"]
+    assert ("llm_context", 8192) in example and ("bench_prefill_sizes", [1024, 2048, 4096, 8000]) in example
     assert len(EXAMPLES) > 400
 
 

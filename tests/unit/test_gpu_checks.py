@@ -284,6 +284,8 @@ FAILED = {"nvml_error": "Unknown Error", "code": 999}
      "the uncorrected ECC error count"),
     ({"remapped_rows": None}, "E_GPU_HEALTH", "row remapping and retired pages",
      "the remapped rows (NVMLError_NotSupported: Not Supported); nor the retired pages"),
+    ({"remapped_rows": None, "retired_pages": {"single_bit": 0, "double_bit": 0, "pending": FAILED}},
+     "E_GPU_HEALTH", "pages pending retirement", "NVML did not say whether pages are pending retirement (NVMLError"),
     ({"procs": {"nvmlDeviceGetComputeRunningProcesses": FAILED, "nvmlDeviceGetGraphicsRunningProcesses": []}},
      "E_GPU_BUSY", "other processes", "did not list the compute processes"),
     ({"memory": None}, "E_GPU_MEMORY", "free memory", "the memory"),

@@ -167,6 +167,14 @@ def test_a_host_check_skipped_for_want_of_data_says_what_and_why(tmp_path):
     iommu = host_checks.check_iommu(str(tmp_path), proc, [NVML_A])[0]
     assert codes(iommu) == [("W_CHECK_SKIPPED", "GPU %s" % NVML_A)]
     assert "the IOMMU check (W_IOMMU) was not made on GPU %s: no %s in" % (NVML_A, GPU_A) in iommu[0]["message"]
+    # an IOMMU group whose type cannot be read (kernels before 5.11 have no type file) is not a pass either
+    sysfs = make_sysfs(str(tmp_path / "sys"), {GPU_A: [("0000:00:01.0", 0)]}, {GPU_A: "DMA"})
+    type_file = os.path.join(sysfs, "bus", "pci", "devices", GPU_A, "iommu_group", "type")
+    os.remove(type_file)
+    unread = host_checks.check_iommu(sysfs, proc, [NVML_A])
+    assert codes(unread[0]) == [("W_CHECK_SKIPPED", "GPU %s" % NVML_A)] and unread[1]["groups"][GPU_A] == "unknown"
+    assert "the IOMMU check (W_IOMMU) was not made on GPU %s: %s could not be read (" % (NVML_A, type_file) in \
+        unread[0][0]["message"]
     # two GPUs: the ACS check names each missing one, for both checks; the IOMMU check adds nothing
     assert host_checks.check_iommu(str(tmp_path), proc, [NVML_A, NVML_B])[0] == []
     assert "the ACS and IOMMU checks cannot follow" in host_checks.check_acs(str(tmp_path), [NVML_A, NVML_B])[0][0][
