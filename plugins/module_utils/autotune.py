@@ -52,10 +52,12 @@ def device_file_name(gpu_name):
     return "NVIDIA_H200" if "H200" in name.split("_") else name
 
 
-def moe_shapes(config, tp_size):
-    """E, N (the intermediate size per GPU, as the file name has it), top-k, hidden, dtype and block
-    shape of a MoE checkpoint's config.json (GLM-4.5/4.6 and DeepSeek style, Mixtral style, or a
-    text_config inside a vision model's config)."""
+def moe_shapes(config, tp_size, expert_parallel=False, engine="vllm"):
+    """E, N (the experts and the intermediate size each GPU's MoE kernel runs, as the file name has them), top-k,
+    hidden, dtype and block shape of a MoE checkpoint's config.json (GLM-4.5/4.6 and DeepSeek style, Mixtral style,
+    or a text_config inside a vision model's config). Tensor parallel: every expert's width split over the GPUs.
+    Expert parallel on more than one GPU (llm_expert_parallel, as the engine is started): each GPU holds E / GPUs
+    whole experts ("ep": true), what vLLM's benchmark_moe.py --enable-expert-parallel tunes."""
     cfg = config.get("text_config") or config
     if "n_routed_experts" in cfg:
         experts, inter = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
@@ -65,21 +67,50 @@ def moe_shapes(config, tp_size):
         experts, inter = cfg["num_experts"], cfg.get("moe_intermediate_size", cfg.get("intermediate_size"))
     else:
         raise ValueError("config.json names no routed experts: not a MoE model, nothing to tune")
-    if inter % tp_size:
-        raise ValueError("the experts' intermediate size %d does not divide by %d GPUs" % (inter, tp_size))
     quant = config.get("quantization_config") or cfg.get("quantization_config") or {}
     fp8 = quant.get("quant_method") == "fp8"
     block = quant.get("weight_block_size") if fp8 else None
-    if block and (inter // tp_size) % block[0]:
-        # Seen on an H200 (tests/gpu/RESULTS.md): the tuner's per-token-group FP8 quantisation asserts
-        # on it. (Whether vLLM's serving path refuses the same split was not tried there.)
-        per_gpu = inter // tp_size
-        raise ValueError(
-            "the experts' intermediate size per GPU, %d (%d over %d GPUs), is not a multiple of the FP8 block %d: "
-            "the block-FP8 MoE kernels cannot split it; use fewer GPUs per engine (a divisor of %d) or expert "
-            "parallelism" % (per_gpu, inter, tp_size, block[0], inter // block[0]))
-    return {"E": experts, "N": inter // tp_size, "topk": cfg["num_experts_per_tok"], "hidden": cfg["hidden_size"],
-            "dtype": "fp8_w8a8" if fp8 else None, "block_shape": list(block) if block else None}
+    shapes = {"topk": cfg["num_experts_per_tok"], "hidden": cfg["hidden_size"],
+              "dtype": "fp8_w8a8" if fp8 else None, "block_shape": list(block) if block else None}
+    problem = moe_tune_problem(experts, inter, block[0] if block else None, tp_size, expert_parallel, engine)
+    if problem:
+        raise ValueError(problem)
+    if expert_parallel and tp_size > 1:
+        return dict(shapes, E=experts // tp_size, N=inter, ep=True)
+    return dict(shapes, E=experts, N=inter // tp_size)
+
+
+def moe_tune_problem(experts, width, block_n, gpus, expert_parallel, engine):
+    """Why the MoE tuner cannot tune the split the engine runs, in words, or None. The validation of the settings
+    asks the same before anything changes (E_UNSUPPORTED on autotune_moe), the stage's plan again (E_AUTOTUNE)."""
+    if expert_parallel and gpus > 1:
+        if engine != "vllm":
+            return ("the collection runs %s's MoE tuner for the tensor-parallel split only, and with "
+                    "llm_expert_parallel on %d GPUs the engine runs whole experts: it would not read that tune's "
+                    "file" % (engine, gpus))
+        if experts % gpus:
+            return ("vLLM's tuner (benchmark_moe.py --enable-expert-parallel) places as many whole experts on each "
+                    "GPU, and %d GPUs do not divide %d experts" % (gpus, experts))
+        return None
+    if not width:  # not given (a Mixtral-style config's experts are read by their MLP's name)
+        return None
+    if width % gpus:
+        return "the experts' intermediate size %d does not divide by %d GPUs" % (width, gpus)
+    if block_n and (width // gpus) % block_n:
+        # Seen on an H200 (tests/gpu/RESULTS.md): the tuner's per-token-group FP8 quantisation asserts on it.
+        return ("the experts' intermediate size per GPU, %d (%d over %d GPUs), is not a multiple of the FP8 block %d: "
+                "the block-FP8 MoE kernels cannot split it; use fewer GPUs per engine (a divisor of %d) or expert "
+                "parallelism" % (width // gpus, width, gpus, block_n, width // block_n))
+    return None
+
+
+def moe_model_params(shapes, tp_size):
+    """(E, top-k, intermediate size, hidden) of the whole model, as benchmark_moe.py's get_model_params returns
+    them: what tune_moe.py --moe gives the tuner in place of its own reading of config.json (vLLM 0.26.0 reads a
+    GLM-4.6V config by its Mixtral branch: the dense MLP's 10944 for the experts' 1408)."""
+    if shapes.get("ep"):
+        return shapes["E"] * tp_size, shapes["topk"], shapes["N"], shapes["hidden"]
+    return shapes["E"], shapes["topk"], shapes["N"] * tp_size, shapes["hidden"]
 
 
 def gemv_shapes(config, tp_size):
@@ -139,9 +170,12 @@ def vllm_command(model_dir, tp_size, shapes, search, save_dir, benchmark="/gpuse
         tune_gemv += ["--shape", "%dx%d:%d" % (shape["N"], shape["K"], shape["calls"])]
     if not shapes:  # the GEMV alone (no MoE tune asked for)
         return tune_gemv
-    argv = ["python3", "/gpuserve/tune_moe.py", "--search", search, "--", benchmark, "--model", model_dir,
-            "--tp-size", str(tp_size), "--tune", "--save-dir", save_dir, "--batch-size"]
-    argv += [str(b) for b in batch_sizes(search)]
+    argv = ["python3", "/gpuserve/tune_moe.py", "--search", search, "--moe",
+            ",".join(str(v) for v in moe_model_params(shapes, tp_size)), "--", benchmark, "--model", model_dir,
+            "--tp-size", str(tp_size), "--tune", "--save-dir", save_dir]
+    if shapes.get("ep"):
+        argv.append("--enable-expert-parallel")
+    argv += ["--batch-size"] + [str(b) for b in batch_sizes(search)]
     if shapes["dtype"]:
         argv += ["--dtype", shapes["dtype"]]
     if not gemv:

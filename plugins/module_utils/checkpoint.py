@@ -5,10 +5,12 @@
 tower, MTP layers, the shape that tensor parallelism splits) or, for a GGUF model, its header's
 metadata (nextn layers). Settings it cannot honour (llm_vision with a text model, llm_drafter: mtp
 without MTP layers, a GPU count its heads or experts do not divide, expert parallelism on vLLM for a
-dense model) are refused with E_UNSUPPORTED while nothing is downloaded yet. Settings validation applies the same rules on the workstation
-(the burn-in folder's config, or a hub config.json the workstation has).
+dense model, a MoE tune of a split the tuner cannot make) are refused with E_UNSUPPORTED while nothing is
+downloaded yet. Settings validation applies the same rules on the workstation (the burn-in folder's config, a hub
+config.json the workstation has, or the one the hub gives).
 
-Standard library only, but for the HTTP read (requests, in the host's virtualenv)."""
+Standard library only: the host's HTTP reads are its caller's (requests, in the host's virtualenv); hub_config reads
+a config.json for settings validation on the workstation with urllib."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -19,6 +21,11 @@ import os
 import re
 import struct
 
+from urllib.error import HTTPError, URLError
+from urllib.parse import quote
+from urllib.request import Request, urlopen
+
+from ansible_collections.gpuserve.llm.plugins.module_utils import autotune
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
 
 # Where model configs say how many multi-token-prediction layers they carry (GLM, DeepSeek: nextn;
@@ -189,6 +196,35 @@ def expert_parallel_refusal(model, settings, where):
         variable="llm_expert_parallel", value=True, allowed="false", engine=engine)
 
 
+def autotune_moe_refusal(model, settings, where):
+    """E_UNSUPPORTED on autotune_moe (full or reduced) when the autotune stage could not tune the MoE split the engine
+    runs: a model without routed experts, or the split autotune.moe_tune_problem names (SGLang's whole experts,
+    experts the GPUs do not divide for vLLM's tuner). Asked after split_refusal passed: a split the engine cannot
+    run is refused there, on llm_gpus. None when the shape is too little known to say."""
+    engine, gpus, search = settings.get("llm_engine"), settings.get("llm_gpus"), settings.get("autotune_moe")
+    if search not in ("full", "reduced") or engine not in GPU_ENGINES or not model or not isinstance(gpus, list):
+        return None
+    fix = "set autotune_moe: 'off'"
+    if not model.get("experts"):
+        if not model.get("heads"):
+            return None
+        why = "%s has no routed experts (none of %s in its config): the MoE tuner has nothing to tune" % (
+            where, ", ".join(EXPERT_KEYS))
+    else:
+        count = max(len(gpus), 1)
+        ep = bool(settings.get("llm_expert_parallel")) and count > 1
+        block = model.get("weight_block")
+        why = autotune.moe_tune_problem(model["experts"], model.get("expert_width"), block["n"] if block else None,
+                                        count, ep, engine)
+        if not why:
+            return None
+        why = "for %s, %s" % (where, why)
+        fix += ", or llm_expert_parallel: false" if engine != "vllm" else ", or llm_gpus to a count that divides them"
+    return finding(
+        "E_UNSUPPORTED", "autotune_moe", "autotune_moe is %s on %s but %s; %s" % (search, engine, why, fix),
+        variable="autotune_moe", value=search, allowed="off", engine=engine)
+
+
 def vision_refusal(settings, has_vision, where, alternative="serve a vision checkpoint (llm_model)"):
     """E_UNSUPPORTED on llm_vision for a text model (no vision tower); None otherwise."""
     if not settings.get("llm_vision") or has_vision is not False:
@@ -227,6 +263,35 @@ def cached_config(cache, repo, revision):
     except (IOError, OSError, ValueError):
         return None
     return (content, path) if isinstance(content, dict) else None
+
+
+HUB = "https://huggingface.co"
+
+
+def hub_config(repo, revision, endpoint="", token="", timeout=10, limit=4 << 20):
+    """A hub checkpoint's config.json read over HTTP from the endpoint (empty: HF_ENDPOINT, else huggingface.co)
+    into memory, nothing written: ((content, where), None), or (None, why not, in words without the token).
+    Settings validation asks it on the workstation when its Hugging Face cache lacks the file."""
+    base = (endpoint or os.environ.get("HF_ENDPOINT") or HUB).rstrip("/")
+    url = "%s/%s/resolve/%s/config.json" % (base, quote(repo, safe="/"), quote(revision, safe=""))
+    request = Request(url, headers={"Authorization": "Bearer %s" % token} if token else {})
+    try:
+        with urlopen(request, timeout=timeout) as answer:  # nosec - the endpoint the user set, or the hub
+            data = answer.read(limit + 1)
+    except HTTPError as e:
+        return None, "%s answered HTTP %d %s%s" % (base, e.code, e.reason, "" if token or e.code not in (401, 403)
+                                                   else "; a gated or private repo needs llm_hf_token")
+    except (URLError, OSError, ValueError) as e:
+        return None, "%s could not be reached: %s" % (base, getattr(e, "reason", None) or e)
+    if len(data) > limit:
+        return None, "its config.json at %s is over %d MiB" % (base, limit >> 20)
+    try:
+        content = json.loads(data.decode("utf-8"))
+    except ValueError:
+        return None, "its config.json at %s is not JSON" % base
+    if not isinstance(content, dict):
+        return None, "its config.json at %s is not one JSON object" % base
+    return (content, base), None
 
 
 # GGUF value types: struct format of the scalars; 8 = string, 9 = array.

@@ -200,11 +200,13 @@ CODES = {
     "W_CHECK_SKIPPED": (
         WARNING, "a check could not be made for want of data (the check, the GPUs or file and why named): NVML did "
         "not answer a query it needs, a file it reads could not be read, or settings validation does not know the "
-        "model's shape (its config.json is not on the workstation); it neither passed nor failed",
+        "model's shape (its config.json is neither on the workstation nor given by the hub); it neither passed nor "
+        "failed",
         "Check what is named another way (nvidia-smi -q -i N, lspci -vv, ss -ltn): a query the GPU or its driver "
         "does not support stays unanswered; a driver that fails one needs repair until nvidia-smi answers it; a "
         "file that cannot be read needs root (become); a model's shape is read from its config.json in the "
-        "workstation's Hugging Face cache (hf download ORG/NAME config.json --revision REV)."),
+        "workstation's Hugging Face cache (hf download ORG/NAME config.json --revision REV) or from the hub "
+        "(weights_hf_endpoint; llm_hf_token for a gated repo)."),
     "W_NO_AUTH": (
         WARNING, "a front is bound beyond loopback and asks no key (llm_client_keys and llm_api_key empty)",
         "Set llm_client_keys (from Ansible Vault), or bind llm_host (router_bind) to 127.0.0.1."),

@@ -431,11 +431,12 @@ SHAPE_INPUTS = ("llm_engine", "llm_gpus", "llm_weights", "llm_model", "llm_model
 DUMMY_INPUTS = ("weights_dummy_preset", "weights_dummy_config")
 
 
-def model_shape(values, model_config=None):
+def model_shape(values, model_config=None, hub_config=None):
     """The checkpoint's shape for a GPU engine, as (shape, where, alternative to vision, None) or (None, why not,
     None, how to make it known): the burn-in folder's config (the preset the weights stage makes, with
     weights_dummy_config over it), or with hub weights the config.json the workstation has (model_config), else
-    the shape the collection carries."""
+    the shape the collection carries, else the config.json the hub gives (hub_config: weights_hf_endpoint, with
+    llm_hf_token)."""
     if values["llm_weights"] == "dummy":
         preset = values.get("weights_dummy_preset") or DUMMY_PRESETS[bool(values.get("llm_vision"))]
         config = dummy_hf.merged(dummy_hf.PRESETS[preset], values.get("weights_dummy_config") or {})
@@ -450,13 +451,35 @@ def model_shape(values, model_config=None):
         return (checkpoint.shape(dummy_hf.merged(dummy_hf.PRESETS[CARRIED_SHAPES[repo]], FP8_BLOCKS)),
                 "%s (its config.json's shape, as the collection carries it)" % repo,
                 "serve a vision checkpoint (llm_model)", None)
+    hub_why = ""
+    if hub_config and values.get("weights_source", "hub") == "hub":
+        read, why = hub_config(repo, revision, values.get("weights_hf_endpoint") or "", values.get("llm_hf_token") or "")
+        if read:
+            return (checkpoint.shape(read[0]), "%s@%s (config.json from %s)" % (repo, revision, read[1]),
+                    "serve a vision checkpoint (llm_model)", None)
+        hub_why = ", and the hub did not give it (%s)" % why
     return (None, "its config.json at %s is not in the workstation's Hugging Face cache, and its shape is not one "
-            "the collection carries" % revision, None,
+            "the collection carries%s" % (revision, hub_why), None,
             "the weights stage makes it when it reads the model's config.json, before any weight is fetched (hf "
             "download %s config.json --revision %s, on the workstation, lets validation make it)" % (repo, revision))
 
 
-def _check_model_shape(values, findings, refused, model_config=None):
+def skipped_shape_checks(values):
+    """The checks of the model's shape these settings ask for, in words: what an unknown shape leaves unmade."""
+    gpus, engine = values["llm_gpus"], values["llm_engine"]
+    checks = []
+    if len(gpus) > 1:
+        checks.append("the GPU split check")
+    if values.get("llm_vision"):
+        checks.append("the check that the model has a vision tower (llm_vision)")
+    if engine == "vllm" and len(gpus) > 1 and values.get("llm_expert_parallel"):
+        checks.append("the check that it has routed experts (llm_expert_parallel)")
+    if values.get("autotune_moe") in ("full", "reduced"):
+        checks.append("the check of the MoE tune's split (autotune_moe)")
+    return checks
+
+
+def _check_model_shape(values, findings, refused, model_config=None, hub_config=None):
     """What only the model's shape tells, before anything changes: images on for a text model, expert parallelism
     on vLLM for a dense model, and a GPU count the engine cannot run the model over (vLLM and SGLang run one engine
     over every GPU of llm_gpus, its experts split or whole by llm_expert_parallel). Read only from settings that
@@ -466,16 +489,19 @@ def _check_model_shape(values, findings, refused, model_config=None):
         return
     gpus = values["llm_gpus"]
     try:
-        model, where, alternative, hint = model_shape(values, model_config)
+        model, where, alternative, hint = model_shape(values, model_config, hub_config)
     except Exception as e:  # a weights_dummy_config the preset cannot take: named, never a traceback
         model, where, hint = None, "the burn-in config could not be made with weights_dummy_config (%s)" % (
             type(e).__name__), "correct weights_dummy_config, or leave it out"
     if model is None:
-        if len(gpus) > 1:
+        skipped = skipped_shape_checks(values)
+        if skipped:
+            listed = skipped[0] if len(skipped) == 1 else "%s and %s" % (", ".join(skipped[:-1]), skipped[-1])
             findings.append(finding(
-                "W_CHECK_SKIPPED", "llm_model", "the GPU split check (E_UNSUPPORTED) was not made for %s on %d GPUs: "
-                "%s; %s" % (values["llm_model"], len(gpus), where, hint),
-                variable="llm_model", check="gpu split"))
+                "W_CHECK_SKIPPED", "llm_model", "%s (E_UNSUPPORTED) %s not made for %s on %d GPU%s: %s; %s" % (
+                    listed[0].upper() + listed[1:], "was" if len(skipped) == 1 else "were", values["llm_model"],
+                    len(gpus), "" if len(gpus) == 1 else "s", where, hint),
+                variable="llm_model", check=", ".join(skipped)))
         return
     vision = checkpoint.vision_refusal(values, model["vision"], where, alternative)
     if vision:
@@ -489,6 +515,11 @@ def _check_model_shape(values, findings, refused, model_config=None):
     if split:
         findings.append(split)
         values.pop(split["details"]["variable"], None)
+    elif "autotune_moe" not in refused:
+        tune = checkpoint.autotune_moe_refusal(model, values, where)
+        if tune:
+            findings.append(tune)
+            values.pop("autotune_moe", None)
 
 
 def url_port_problem(url):
@@ -688,13 +719,15 @@ def _check_tls(values, findings):
             values.pop("llm_tls_names")
 
 
-def validate(settings, options, internal=(), groups=(), model_config=None, routers=()):
+def validate(settings, options, internal=(), groups=(), model_config=None, routers=(), hub_config=None):
     """Validate the settings given as {name: value} (templated values).
 
     `options`: the documented options by name (Specs.options); `internal`: names the roles keep for
     themselves; `groups`: the host's inventory groups (the router's rules); `routers`: the hosts of
     llm_routers (two or more share router_vip); `model_config(repo, revision)`:
-    a hub checkpoint's config.json as (content, where it was read) when the workstation has it, else None.
+    a hub checkpoint's config.json as (content, where it was read) when the workstation has it, else None;
+    `hub_config(repo, revision, endpoint, token)`: the same read from the hub, as ((content, where), None) or (None,
+    why not), asked when the workstation has none and weights_source is the hub.
     Returns (findings, values): values holds every setting that passed, typed as the spec says; a setting
     that failed is left out of it.
     """
@@ -804,7 +837,7 @@ def validate(settings, options, internal=(), groups=(), model_config=None, route
         refuse("llm_attention_backend", "'' (the engine's choice), or for %s: %s" % (
             engine, ", ".join(ATTENTION_BACKENDS[engine])))
     refused = set(name for name in settings if name not in values)
-    _check_model_shape(values, findings, refused, model_config)
+    _check_model_shape(values, findings, refused, model_config, hub_config)
     _check_router_ports(values, options, groups, findings, refused)
     _check_vrrp(values, groups, routers, findings, refused)
     _check_engine_bind(values, findings)
@@ -862,12 +895,13 @@ def references(value):
     return names
 
 
-def validate_templated(raw, render, options, internal=(), groups=(), defined=(), model_config=None, routers=()):
+def validate_templated(raw, render, options, internal=(), groups=(), defined=(), model_config=None, routers=(),
+                       hub_config=None):
     """Render and validate the settings as given (`raw`: {name: value, templates unrendered}), so that the user
     sees one finding per mistake, in words: never a template's or Python's error text.
 
     `render(value, typed)` renders a value (raising on failure) with `typed` as llm_settings when it is not
-    None; `defined`: every variable name in scope; `model_config`, `routers`: as validate() takes them. A setting whose
+    None; `defined`: every variable name in scope; `model_config`, `routers`, `hub_config`: as validate() takes them. A setting whose
     template reads llm_settings is rendered with the values validated first. A setting computed from one that
     was refused (or could not be computed) is neither reported nor handed on: the finding on the setting it
     reads says what to correct. A template that fails on its own is named with what it reads that is not set.
@@ -899,7 +933,7 @@ def validate_templated(raw, render, options, internal=(), groups=(), defined=(),
                 given[name] = render(raw[name], first)
             except Exception:
                 unresolved[name] = True
-    findings, values = validate(given, options, internal, groups, model_config, routers)
+    findings, values = validate(given, options, internal, groups, model_config, routers, hub_config)
     refused = set(f["details"]["variable"] for f in findings
                   if f["severity"] == "error" and f.get("details", {}).get("variable") in raw) | set(unresolved)
     derived = set(name for name in raw if closure[name] & refused)

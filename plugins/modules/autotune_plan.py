@@ -58,6 +58,11 @@ options:
     description: GPUs per engine (tensor parallelism).
     type: int
     default: 1
+  expert_parallel:
+    description: The engine runs whole experts on each GPU (llm_expert_parallel on more than one GPU); the MoE tune
+      is of that split (vLLM's benchmark_moe.py --enable-expert-parallel).
+    type: bool
+    default: false
   search:
     description: C(full) or C(reduced) (vLLM, SGLang).
     type: str
@@ -240,7 +245,7 @@ def plan(module, p):
             inputs.update(gpu=p["gpu_name"], tp_size=p["tp_size"])
             shapes = None
             if p["moe"]:
-                shapes = autotune.moe_shapes(config, p["tp_size"])
+                shapes = autotune.moe_shapes(config, p["tp_size"], p["expert_parallel"], p["engine"])
                 out["moe"] = dict(shapes, file=autotune.moe_file_name(shapes, p["gpu_name"]),
                                   batch_sizes=autotune.batch_sizes(p["search"]))
                 inputs.update(search=p["search"], shapes=shapes)
@@ -282,6 +287,7 @@ def main():
             model_file=dict(type="path"),
             gpu_name=dict(type="str", default=""),
             tp_size=dict(type="int", default=1),
+            expert_parallel=dict(type="bool", default=False),
             search=dict(type="str", default="full", choices=["full", "reduced"]),
             moe=dict(type="bool", default=True),
             gemv=dict(type="bool", default=False),

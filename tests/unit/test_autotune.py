@@ -55,11 +55,36 @@ def test_block_fp8_experts_that_do_not_split_by_the_block_are_refused():
         autotune.moe_shapes({"hidden_size": 4096, "intermediate_size": 1}, 1)  # dense: nothing to tune
 
 
+def test_under_expert_parallelism_each_gpu_tunes_its_whole_experts():
+    """The recipe's split (llm_expert_parallel, default on): 4 GPUs hold 32 whole experts each, the file vLLM reads
+    then (FusedMoE's w2 shape: E local, N the expert's width) and what benchmark_moe.py --enable-expert-parallel
+    writes (E // tp_size, shard_intermediate_size 2 x the width, saved as N = its half)."""
+    for gpus, experts in ((2, 64), (4, 32)):
+        shapes = autotune.moe_shapes(glm_config(FP8), gpus, expert_parallel=True)
+        assert (shapes["E"], shapes["N"], shapes["ep"]) == (experts, 1408, True)
+        assert autotune.moe_file_name(shapes, "NVIDIA H200") == \
+            "E=%d,N=1408,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json" % experts
+        argv = autotune.vllm_command("/models/main", gpus, shapes, "reduced", "/autotune")
+        assert "--enable-expert-parallel" in argv and argv[argv.index("--tp-size") + 1] == str(gpus)
+        # The whole model's shape, which the tuner splits itself.
+        assert argv[argv.index("--moe") + 1] == "128,8,1408,4096"
+    one = autotune.moe_shapes(glm_config(FP8), 1, expert_parallel=True)  # one GPU: nothing is split
+    assert "ep" not in one and (one["E"], one["N"]) == (128, 1408)
+    assert "--enable-expert-parallel" not in autotune.vllm_command("/m", 1, one, "full", "/autotune")
+    with pytest.raises(ValueError) as refused:
+        autotune.moe_shapes(glm_config(dict(FP8, n_routed_experts=100)), 8, expert_parallel=True)
+    assert "8 GPUs do not divide 100 experts" in str(refused.value)
+    with pytest.raises(ValueError) as refused:
+        autotune.moe_shapes(glm_config(FP8), 4, expert_parallel=True, engine="sglang")
+    assert "tensor-parallel split only" in str(refused.value)
+
+
 def test_vllm_and_sglang_commands():
     shapes = autotune.moe_shapes(glm_config(FP8), 1)
     argv = autotune.vllm_command("/models/main", 1, shapes, "reduced", "/autotune")
-    assert argv[:5] == ["python3", "/gpuserve/tune_moe.py", "--search", "reduced", "--"]
-    assert argv[5:12] == ["/gpuserve/benchmark_moe.py", "--model", "/models/main", "--tp-size", "1", "--tune",
+    assert argv[:4] == ["python3", "/gpuserve/tune_moe.py", "--search", "reduced"] and argv[6] == "--"
+    assert argv[4:6] == ["--moe", "128,8,1408,4096"]  # the tuner is given the shape the plan read
+    assert argv[7:14] == ["/gpuserve/benchmark_moe.py", "--model", "/models/main", "--tp-size", "1", "--tune",
                           "--save-dir"]
     assert argv[argv.index("--batch-size") + 1:argv.index("--dtype")] == [
         "1", "2", "4", "8", "16", "24", "32", "48", "64", "256", "1024"]
@@ -176,6 +201,77 @@ def test_the_driver_runs_a_tuner_unchanged_or_with_the_reduced_search(tmp_path, 
     assert out == {"searched": searched, "batch_sizes": [1, 64]}
 
 
+# SYNTHETIC, laid out as vLLM 0.26.0's benchmark_moe.py reads a model: get_model_params' branches by architecture
+# (GLM-4.6V's Glm4vMoeForConditionalGeneration is in none, so the Mixtral branch reads the text config's
+# num_local_experts, which transformers maps to n_routed_experts, and intermediate_size, the dense MLP's width), and
+# main's split under --enable-expert-parallel; it writes the file name save_configs would.
+MODEL_TUNER = '''
+import argparse, json, os
+
+def get_model_params(config):
+    text = config.get("text_config") or config
+    if config["architectures"][0] in ("Glm4MoeForCausalLM", "DeepseekV3ForCausalLM"):
+        return text["n_routed_experts"], text["num_experts_per_tok"], text["moe_intermediate_size"], text["hidden_size"]
+    return text["n_routed_experts"], text["num_experts_per_tok"], text["intermediate_size"], text["hidden_size"]
+
+def main(args):
+    with open(os.path.join(args.model, "config.json")) as f:
+        E, topk, intermediate_size, hidden_size = get_model_params(json.load(f))
+    if args.enable_expert_parallel:
+        E, shard = E // args.tp_size, 2 * intermediate_size
+    else:
+        shard = 2 * intermediate_size // args.tp_size
+    open(os.path.join(args.save_dir, "E=%d,N=%d.json" % (E, shard // 2)), "w").close()
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model")
+    parser.add_argument("--tp-size", type=int)
+    parser.add_argument("--enable-expert-parallel", action="store_true")
+    parser.add_argument("--save-dir")
+    parser.add_argument("--tune", action="store_true")
+    parser.add_argument("--dtype")
+    parser.add_argument("--batch-size", type=int, nargs="+")
+    main(parser.parse_args())
+'''
+
+
+@pytest.mark.parametrize("gpus,ep", [(1, False), (2, True), (4, True)])
+def test_the_driver_tunes_the_shape_the_plan_read_from_a_glm_4_6v_config(tmp_path, gpus, ep):
+    """vLLM 0.26.0's tuner reads GLM-4.6V's config by its Mixtral branch (10944, the dense MLP, for the experts'
+    1408): the driver gives it the shape the plan read, and the file written is the one the plan expects."""
+    config = json.loads(dummy_hf.folder_files(TEMPLATE, "glm4v_moe", None, FP8)["config.json"])
+    assert config["architectures"] == ["Glm4vMoeForConditionalGeneration"]
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "out").mkdir()
+    tuner = tmp_path / "benchmark_moe.py"
+    tuner.write_text(MODEL_TUNER)
+    shapes = autotune.moe_shapes(config, gpus, expert_parallel=ep)
+    argv = autotune.vllm_command(str(tmp_path / "model"), gpus, shapes, "full", str(tmp_path / "out"),
+                                 benchmark=str(tuner))
+    argv[:2] = [sys.executable, os.path.join(ROOT, "roles", "autotune", "files", "tune_moe.py")]
+    driven = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True)
+    assert "the MoE shape read from config.json: 128 experts, top-8, intermediate size 1408" in driven.stdout
+    expected = "E=%d,N=%d.json" % (shapes["E"], shapes["N"])
+    assert os.listdir(str(tmp_path / "out")) == [expected]
+    assert expected == ("E=%d,N=1408.json" % (128 // gpus))
+    # Unchanged, the same tuner tunes the dense MLP's width: a file the engine never reads.
+    os.remove(str(tmp_path / "out" / expected))
+    subprocess.run([sys.executable, str(tuner)] + argv[argv.index("--") + 2:], check=True)
+    assert os.listdir(str(tmp_path / "out")) != [expected]
+
+
+def test_the_driver_stops_when_the_tuner_has_no_model_reading_to_replace(tmp_path):
+    tuner = tmp_path / "tuner.py"
+    tuner.write_text(FAKE_TUNER)
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "roles", "autotune", "files", "tune_moe.py"), "--moe",
+                          "128,8,1408,4096", "--", str(tuner), "--save-dir", str(tmp_path)],
+                         stderr=subprocess.PIPE, text=True, check=False)
+    assert run.returncode != 0 and "has no get_model_params" in run.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
 def module(tmp_path, name, check=False, **args):
     """Run one of the stage's modules as Ansible does (its arguments in a file), in check mode or not."""
     path = tmp_path / ("%s-args.json" % name)
@@ -254,7 +350,7 @@ def test_vllm_tunes_the_gemv_after_the_moe_in_one_container_and_its_file_must_na
     fp8 = glm_config(FP8)
     gemv = autotune.gemv_shapes(fp8, 1)
     sh = autotune.vllm_command("/models/main", 1, autotune.moe_shapes(fp8, 1), "reduced", "/autotune", gemv=gemv)
-    assert sh[:2] == ["sh", "-c"] and sh[2].startswith("set -e; python3 /gpuserve/tune_moe.py --search reduced -- ")
+    assert sh[:2] == ["sh", "-c"] and sh[2].startswith("set -e; python3 /gpuserve/tune_moe.py --search reduced --moe 128,8,1408,4096 -- ")
     gemv_argv = shlex.split(sh[2].split("; exec ", 1)[1])
     assert gemv_argv == ["python3", "/gpuserve/tune_gemv.py", "--out", "/autotune/gemv.json", "--shape", "2816x4096:45",
                          "--shape", "4096x1408:45", "--shape", "4096x12288:46", "--shape", "14336x4096:46"]

@@ -7,6 +7,8 @@ the burn-in folder's config, a hub config.json on the workstation, or the shape 
 recipe's model; an unknown shape is W_CHECK_SKIPPED, never a guess."""
 import json
 import os
+import subprocess
+import sys
 
 import jinja2
 import pytest
@@ -24,8 +26,9 @@ with open(os.path.join(ROOT, "roles", "weights", "defaults", "main.yml")) as f:
 FP8_DUMMY = {"llm_weights": "dummy", "weights_dummy_config": WEIGHTS_DEFAULTS["weights_fp8_quantization"]}
 
 
-def check(base=None, model_config=None, **changes):
-    return validate(dict(base or DEFAULTS, **changes), OPTIONS, SPECS.internal, model_config=model_config)[0]
+def check(base=None, model_config=None, hub_config=None, **changes):
+    return validate(dict(base or DEFAULTS, **changes), OPTIONS, SPECS.internal, model_config=model_config,
+                    hub_config=hub_config)[0]
 
 
 def codes(findings):
@@ -215,7 +218,17 @@ def test_a_model_of_unknown_shape_is_w_check_skipped_never_guessed():
     message = findings[0]["message"]
     assert "acme/unknown-moe on 3 GPUs" in message and "not in the workstation's Hugging Face cache" in message
     assert "hf download acme/unknown-moe config.json --revision main" in message
-    assert check(llm_model="acme/unknown-moe", llm_gpus=[0]) == []  # one GPU: nothing to split
+    # Every check the settings ask for and the unknown shape leaves unmade is named, and only those.
+    assert message.startswith("The GPU split check, the check that the model has a vision tower (llm_vision) and the "
+                              "check that it has routed experts (llm_expert_parallel) (E_UNSUPPORTED) were not made")
+    assert "autotune_moe" not in message  # off by default: not asked
+    findings = check(llm_model="acme/unknown-moe", llm_gpus=[0])  # one GPU: nothing to split, images still asked
+    assert codes(findings) == [("W_CHECK_SKIPPED", "llm_model")]
+    assert findings[0]["message"].startswith("The check that the model has a vision tower (llm_vision) (E_UNSUPPORTED) "
+                                             "was not made for acme/unknown-moe on 1 GPU: ")
+    findings = check(llm_model="acme/unknown-moe", llm_gpus=[0], llm_vision=False, autotune_moe="reduced")
+    assert findings[0]["details"]["check"] == "the check of the MoE tune's split (autotune_moe)"
+    assert check(llm_model="acme/unknown-moe", llm_gpus=[0], llm_vision=False) == []  # nothing asked of the shape
     assert check(CPU, llm_model="acme/unknown-gguf") == []
 
 
@@ -362,3 +375,90 @@ def test_every_setting_that_holds_a_url_has_its_port_checked():
     assert set(name for name, _key in URL_PORT_ITEMS) == set(
         name for name, option in OPTIONS.items()
         if option.get("elements") == "dict" and "url" in str(option.get("description", "")))
+
+
+# The autotune stage's MoE tune (autotune_moe full or reduced) of the split the engine runs, refused before anything
+# changes where the tuner cannot make it (before, the stage planned the tensor-parallel split under expert
+# parallelism and stopped with E_AUTOTUNE after the host and image stages had run).
+@pytest.mark.parametrize("weights", ["hub", "dummy"])
+def test_a_moe_tune_of_the_recipe_is_the_split_the_engine_runs(weights):
+    for gpus in ([0], [0, 1], GPUS4):  # vLLM, expert parallel: 128 experts, whole, on each of 1, 2 or 4 GPUs
+        assert check(llm_weights=weights, llm_gpus=gpus, autotune_moe="reduced") == [], gpus
+    findings = check(SGLANG, llm_weights=weights, llm_gpus=GPUS4, autotune_moe="full", llm_vision=False)
+    assert codes(findings) == [("E_UNSUPPORTED", "autotune_moe")], findings
+    message = findings[0]["message"]
+    assert message.startswith("autotune_moe is full on sglang but for ")
+    assert "tensor-parallel split only" in message and "whole experts" in message
+    assert message.endswith("set autotune_moe: 'off', or llm_expert_parallel: false")
+    assert findings[0]["details"]["value"] == "full" and findings[0]["details"]["allowed"] == "off"
+    # SGLang over one GPU has no split to differ: the tune is its shape.
+    assert check(SGLANG, llm_weights=weights, llm_gpus=[0], autotune_moe="full", llm_vision=False) == []
+
+
+def test_a_moe_tune_of_experts_the_gpus_do_not_divide_or_of_a_dense_model_is_refused():
+    # 96 experts over 8 GPUs: vLLM places them (the first get one more), its tuner asserts they divide.
+    odd = {"weights_dummy_preset": "glm4_moe", "llm_vision": False, "llm_weights": "dummy",
+           "weights_dummy_config": {"n_routed_experts": 100}}
+    assert check(llm_gpus=GPUS8, **odd) == []
+    findings = check(llm_gpus=GPUS8, autotune_moe="reduced", **odd)
+    assert codes(findings) == [("E_UNSUPPORTED", "autotune_moe")], findings
+    assert "8 GPUs do not divide 100 experts" in findings[0]["message"]
+    assert findings[0]["message"].endswith("set autotune_moe: 'off', or llm_gpus to a count that divides them")
+    dense = {"architectures": ["Qwen2ForCausalLM"], "num_attention_heads": 28, "num_key_value_heads": 4,
+             "intermediate_size": 18944}
+
+    def read(repo, revision):
+        return (dense, "/cache/config.json") if repo == "acme/dense" else None
+    findings = check(model_config=read, llm_model="acme/dense", llm_gpus=[0], llm_vision=False, autotune_moe="full")
+    assert codes(findings) == [("E_UNSUPPORTED", "autotune_moe")], findings
+    assert "has no routed experts" in findings[0]["message"] and "nothing to tune" in findings[0]["message"]
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """The hub double (tests/hub_double, test plumbing) serving two repos' config.json behind a token."""
+    root = tmp_path_factory.mktemp("hub")
+    for repo, config in (("acme/dense", {"architectures": ["Qwen2ForCausalLM"], "num_attention_heads": 28,
+                                         "num_key_value_heads": 4, "intermediate_size": 18944}),
+                         ("acme/vision-moe", json.loads(dummy_hf.folder_files(
+                             "{{ messages }}", "glm4v_moe", None, FP8_BLOCKS)["config.json"]))):
+        (root / repo).mkdir(parents=True)
+        (root / repo / "config.json").write_text(json.dumps(config))
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "hub_double", "hub_server.py"), "--root",
+                             str(root), "--token", "hf_sekrit_token", "--port", "0"], stdout=subprocess.PIPE, text=True)
+    yield "http://127.0.0.1:%d" % int(proc.stdout.readline().split()[1])
+    proc.terminate()
+    proc.wait()
+
+
+def test_a_hub_models_shape_is_read_from_the_hub_before_anything_changes(hub):
+    """Issue 38 item 2: with hub weights, a config.json neither the workstation's cache holds nor the collection
+    carries is read from the hub the weights stage would fetch from (weights_hf_endpoint, with llm_hf_token), so
+    a GPU count the model cannot be split over is refused before any stage runs, not at the weights stage."""
+    def hub_check(**changes):
+        settings = dict(llm_model="acme/dense", weights_hf_endpoint=hub, llm_hf_token="hf_sekrit_token",
+                        llm_vision=False)
+        settings.update(changes)
+        return check(hub_config=checkpoint.hub_config, **settings)
+
+    findings = hub_check(llm_gpus=GPUS3, llm_expert_parallel=False)
+    assert codes(findings) == [("E_UNSUPPORTED", "llm_gpus")], findings
+    assert "acme/dense@main (config.json from %s)" % hub in findings[0]["message"]
+    assert "3 does not divide its 28 attention heads" in findings[0]["message"]
+    assert hub_check(llm_gpus=GPUS4, llm_expert_parallel=False) == []
+    # A vision checkpoint read the same way: its tower is known, so images on pass.
+    assert hub_check(llm_gpus=GPUS4, llm_model="acme/vision-moe", llm_vision=True) == []
+    # Without the token (a gated repo): the checks are not made, said with the hub's answer; no token shown.
+    findings = hub_check(llm_gpus=GPUS3, llm_expert_parallel=False, llm_hf_token="")
+    assert codes(findings) == [("W_CHECK_SKIPPED", "llm_model")]
+    assert "the hub did not give it (%s answered HTTP 401" % hub in findings[0]["message"]
+    assert "a gated or private repo needs llm_hf_token" in findings[0]["message"]
+    wrong = hub_check(llm_gpus=GPUS3, llm_expert_parallel=False, llm_hf_token="hf_wrong_one")
+    assert codes(wrong) == [("W_CHECK_SKIPPED", "llm_model")] and "hf_wrong_one" not in json.dumps(wrong)
+    # An endpoint that does not answer: said, and validation goes on.
+    findings = hub_check(llm_gpus=GPUS3, weights_hf_endpoint="http://127.0.0.1:9")
+    assert codes(findings) == [("W_CHECK_SKIPPED", "llm_model")]
+    assert "http://127.0.0.1:9 could not be reached" in findings[0]["message"]
+    # Weights from a folder: the hub is not what the stage reads, so it is not asked.
+    findings = hub_check(llm_gpus=GPUS3, weights_source="folder", weights_source_dir="/srv/models/dense")
+    assert codes(findings) == [("W_CHECK_SKIPPED", "llm_model")] and "the hub" not in findings[0]["message"]

@@ -1,10 +1,12 @@
 """Runs an engine's MoE tuner (vLLM's benchmarks/kernels/benchmark_moe.py, SGLang's
 tuning_fused_moe_triton.py) unchanged, or with a narrower tile search for --search reduced.
 
-    python3 tune_moe.py --search full|reduced -- TUNER.py TUNER-ARGS...
+    python3 tune_moe.py --search full|reduced [--moe E,TOPK,WIDTH,HIDDEN] -- TUNER.py TUNER-ARGS...
 
 The tuner's module body runs as a module (its definitions), the reduced search replaces
-get_configs_compute_bound with a filter of the tuner's own list, then the tuner's
+get_configs_compute_bound with a filter of the tuner's own list, --moe replaces vLLM's
+get_model_params with the MoE shape the collection read from config.json (vLLM 0.26.0's reads a
+GLM-4.6V config by its Mixtral branch and tunes the dense MLP's width), then the tuner's
 `if __name__ == "__main__":` block runs as it would from the command line.
 """
 import ast
@@ -21,6 +23,7 @@ REDUCED = {"BLOCK_SIZE_M": {16, 32, 64, 128}, "BLOCK_SIZE_N": {64, 128}, "BLOCK_
 def main(argv):
     sep = argv.index("--")
     search = argv[argv.index("--search") + 1] if "--search" in argv[:sep] else "full"
+    moe = [int(v) for v in argv[argv.index("--moe") + 1].split(",")] if "--moe" in argv[:sep] else None
     script, args = argv[sep + 1], argv[sep + 2:]
     with open(script) as f:
         tree = ast.parse(f.read(), script)
@@ -40,6 +43,16 @@ def main(argv):
                 print("tune_moe: reduced search, %d configurations" % len(configs), flush=True)
                 return configs
             namespace["get_configs_compute_bound"] = reduced
+    if moe:
+        if "get_model_params" not in namespace:
+            sys.exit("tune_moe: %s has no get_model_params to give the MoE shape %s: not the tuner this driver "
+                     "knows (vLLM's benchmarks/kernels/benchmark_moe.py)" % (script, moe))
+
+        def model_params(_config):
+            return tuple(moe)
+        namespace["get_model_params"] = model_params
+        print("tune_moe: the MoE shape read from config.json: %d experts, top-%d, intermediate size %d, hidden %d"
+              % tuple(moe), flush=True)
     for block in is_main:
         exec(compile(ast.Module(body=block.body, type_ignores=[]), script, "exec"), namespace)  # pylint: disable=exec-used
 
