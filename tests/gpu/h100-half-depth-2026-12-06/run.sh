@@ -19,6 +19,8 @@
 #   3. flash-attn at 1, 16, 40 (vLLM's choice, FLASH_ATTN) on the same lease
 #   4. profile-triton: profile_step.py's graphs phase of the TRITON_ATTN command, greedy, trace kept
 #   5. triton-attn-2 at 1, 16, 40, as the deadline allows
+# A second lease (PLAN=second on the start call, the first lease's JIT caches carried in .whl/s4/jit-cache):
+#   flash-attn-2, then triton-attn-3, at 1, 16, 40.
 # No GPU setting is changed. Every vLLM server runs in a process group of its own (guarded), ended by its id.
 set -uo pipefail
 # shellcheck source=tests/gpu/device_lib.sh
@@ -36,11 +38,16 @@ if [[ $MODE == drive ]]; then  # detached (setsid) by start
   # Without the JIT caches (a checkout whose .whl/ was made afresh) the first start compiles for ~470-560 s.
   FIRST_LIMIT=420
   [[ -d $C/jit-cache ]] || FIRST_LIMIT=820
-  ADD=$TRITON CONC=1,16,40 bench triton-attn 300 "$FIRST_LIMIT"
-  CONC=1,16,40 bench flash-attn 200 420
-  step profile-triton 240 420 env ADD="$TRITON" PHASES=graphs SAMPLING=greedy KEEP_TRACE=1 STEP_TOKENS=256 \
-    WINDOW_S=0.5 HEALTH_TIMEOUT=340 python3 /root/repo/tests/gpu/profile_step.py "$WORK/out/profile" "$SITE"
-  ADD=$TRITON CONC=1,16,40 bench triton-attn-2 200 420
+  if [[ ${PLAN:-first} == second ]]; then  # the second lease: each backend once more, FLASH_ATTN first
+    CONC=1,16,40 bench flash-attn-2 150 "$FIRST_LIMIT"
+    ADD=$TRITON CONC=1,16,40 bench triton-attn-3 150 420
+  else
+    ADD=$TRITON CONC=1,16,40 bench triton-attn 300 "$FIRST_LIMIT"
+    CONC=1,16,40 bench flash-attn 200 420
+    step profile-triton 240 420 env ADD="$TRITON" PHASES=graphs SAMPLING=greedy KEEP_TRACE=1 STEP_TOKENS=256 \
+      WINDOW_S=0.5 HEALTH_TIMEOUT=340 python3 /root/repo/tests/gpu/profile_step.py "$WORK/out/profile" "$SITE"
+    ADD=$TRITON CONC=1,16,40 bench triton-attn-2 200 420
+  fi
   echo "== $(date -u +%T) driver done; $(until_deadline) s to the deadline"
   exit 0
 fi
