@@ -179,7 +179,9 @@ def drop_flags(argv, flags):
 
 
 CHOSEN = {  # what vLLM chose, from its log: (pattern, what)
-    "attention_backend": r"Using (\S+) attention backend",
+    # vLLM's own choice ("Using FLASH_ATTN attention backend ..."), or the one --attention-backend named
+    # ("Using AttentionBackendEnum.TRITON_ATTN backend.")
+    "attention_backend": r"Using (?:AttentionBackendEnum\.)?(\w+) (?:attention )?backend[ .]",
     "moe_backend": r"Using (\S+) Fp8 MoE backend",
     "cudagraph_mode": r"'cudagraph_mode': <CUDAGraphMode\.(\w+)",
     "cudagraph_capture_sizes": r"'cudagraph_capture_sizes': \[([^\]]*)\]",
