@@ -504,19 +504,27 @@ def second_daemon(tmp_path):
 
 def test_hosts_without_a_registry_load_the_copy_saved_through_the_workstation(fleet, docker_host, second_daemon,
                                                                               tmp_path):
-    ref = "gpuserve-test/offline-engine:v%d" % int(time.time())
+    """A fleet of two images (issue 38 item 1: hosts that differ): each image saved once, on the first host that
+    holds it, and loaded where it is missing."""
+    stamp = int(time.time())
+    ref, other = "gpuserve-test/offline-engine:v%d" % stamp, "gpuserve-test/offline-engine-b:v%d" % stamp
     import_tiny_image(docker_host, ref, "an engine no registry has\n")
+    import_tiny_image(docker_host, other, "another engine no registry has\n")
     cache = tmp_path / "saved"
-    fleet.host("first", "rtxpro6000x4-healthy.json", llm_image=ref, image_distribute="workstation",
-               image_distribute_cache=str(cache), image_pull_patches=False)
-    fleet.host("second", "rtxpro6000x4-healthy.json", llm_image=ref, image_distribute="workstation",
-               image_distribute_cache=str(cache), llm_docker_host=second_daemon, image_pull_patches=False)
+    offline = dict(image_distribute="workstation", image_distribute_cache=str(cache), image_pull_patches=False)
+    fleet.host("first", "rtxpro6000x4-healthy.json", llm_image=ref, **offline)
+    fleet.host("second", "rtxpro6000x4-healthy.json", llm_image=ref, llm_docker_host=second_daemon, **offline)
+    fleet.host("third", "rtxpro6000x4-healthy.json", llm_image=other, **offline)
+    fleet.host("fourth", "rtxpro6000x4-healthy.json", llm_image=other, llm_docker_host=second_daemon, **offline)
     result = fleet.run("site.yml", "--tags", "image")
     assert result.rc == 0, result
     assert result.says("(loaded from the copy saved on first)"), result
-    ids = [docker(h, "image", "inspect", "--format", "{{.Id}}", ref).stdout.strip() for h in (docker_host, second_daemon)]
-    assert ids[0] == ids[1] and ids[0].startswith("sha256:")
-    assert list(cache.iterdir()), "the saved image is kept on the workstation"
+    assert result.says("(loaded from the copy saved on third)"), result
+    for image in (ref, other):
+        ids = [docker(h, "image", "inspect", "--format", "{{.Id}}", image).stdout.strip()
+               for h in (docker_host, second_daemon)]
+        assert ids[0] == ids[1] and ids[0].startswith("sha256:"), (image, ids)
+    assert len(list(cache.iterdir())) == 2, "each saved image is kept on the workstation"
     again = fleet.run("site.yml", "--tags", "image")
     assert again.rc == 0 and all(r["changed"] == 0 for r in again.recap.values()), again
-    docker(docker_host, "rmi", ref, check=False)
+    docker(docker_host, "rmi", ref, other, check=False)
