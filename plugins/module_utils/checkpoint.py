@@ -21,6 +21,7 @@ import os
 import re
 import struct
 
+from http.client import HTTPException
 from urllib.error import HTTPError, URLError
 from urllib.parse import quote
 from urllib.request import Request, urlopen
@@ -269,20 +270,25 @@ HUB = "https://huggingface.co"
 
 
 def hub_config(repo, revision, endpoint="", token="", timeout=10, limit=4 << 20):
-    """A hub checkpoint's config.json read over HTTP from the endpoint (empty: HF_ENDPOINT, else huggingface.co)
-    into memory, nothing written: ((content, where), None), or (None, why not, in words without the token).
-    Settings validation asks it on the workstation when its Hugging Face cache lacks the file."""
-    base = (endpoint or os.environ.get("HF_ENDPOINT") or HUB).rstrip("/")
+    """A hub checkpoint's config.json read over HTTP from the endpoint the weights stage fetches from (empty:
+    huggingface.co) into memory, nothing written: ((content, where), None), or (None, why not, in words without the
+    token). Settings validation asks it on the workstation when its Hugging Face cache lacks the file. The token
+    goes to the endpoint's own URL only, never to where it redirects (a CDN, another host)."""
+    base = (endpoint or HUB).rstrip("/")
     url = "%s/%s/resolve/%s/config.json" % (base, quote(repo, safe="/"), quote(revision, safe=""))
-    request = Request(url, headers={"Authorization": "Bearer %s" % token} if token else {})
     try:
+        request = Request(url)
+        if token:
+            request.add_unredirected_header("Authorization", "Bearer %s" % token)
         with urlopen(request, timeout=timeout) as answer:  # nosec - the endpoint the user set, or the hub
             data = answer.read(limit + 1)
     except HTTPError as e:
         return None, "%s answered HTTP %d %s%s" % (base, e.code, e.reason, "" if token or e.code not in (401, 403)
                                                    else "; a gated or private repo needs llm_hf_token")
-    except (URLError, OSError, ValueError) as e:
-        return None, "%s could not be reached: %s" % (base, getattr(e, "reason", None) or e)
+    except (URLError, OSError, HTTPException) as e:
+        return None, "%s could not be reached: %s" % (base, getattr(e, "reason", None) or type(e).__name__)
+    except ValueError as e:  # a URL urllib cannot take; its text may hold the header's value: named by type only
+        return None, "%s could not be asked (%s)" % (base, type(e).__name__)
     if len(data) > limit:
         return None, "its config.json at %s is over %d MiB" % (base, limit >> 20)
     try:
@@ -381,6 +387,10 @@ def refusals(settings, caps, repo, commit):
                           where)
     if split:
         out.append(split)
+    else:
+        tune = autotune_moe_refusal(caps.get("shape"), settings, where)
+        if tune:
+            out.append(tune)
     if settings.get("llm_drafter") == "mtp" and caps.get("mtp_layers") == 0:
         out.append(finding(
             "E_UNSUPPORTED", "llm_drafter", "llm_drafter is 'mtp' but %s has no MTP layers; set llm_drafter: 'off', "
@@ -390,11 +400,12 @@ def refusals(settings, caps, repo, commit):
 
 
 def needed(settings):
-    """Whether the checkpoint must be read at all: only what vision, MTP drafting or a GPU engine's split over
-    several GPUs depend on."""
+    """Whether the checkpoint must be read at all: only what vision, MTP drafting, a GPU engine's split over
+    several GPUs or its MoE tune (autotune_moe) depend on."""
     gpus = settings.get("llm_gpus")
     return bool(settings.get("llm_vision")) or settings.get("llm_drafter") == "mtp" or (
-        settings.get("llm_engine") in GPU_ENGINES and isinstance(gpus, list) and len(gpus) > 1)
+        settings.get("llm_engine") in GPU_ENGINES and isinstance(gpus, list) and len(gpus) > 1) or (
+        settings.get("llm_engine") in GPU_ENGINES and settings.get("autotune_moe") in ("full", "reduced"))
 
 
 def read(get, manifest, gguf_file=None):

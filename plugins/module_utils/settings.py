@@ -489,7 +489,11 @@ def _check_model_shape(values, findings, refused, model_config=None, hub_config=
         return
     gpus = values["llm_gpus"]
     try:
-        model, where, alternative, hint = model_shape(values, model_config, hub_config)
+        # The hub is asked only for a check these settings ask for, and only with the endpoint, token and source
+        # that passed (a refused endpoint must not send the token to the default hub instead).
+        ask_hub = skipped_shape_checks(values) and not refused & {"weights_hf_endpoint", "llm_hf_token",
+                                                                  "weights_source"}
+        model, where, alternative, hint = model_shape(values, model_config, hub_config if ask_hub else None)
     except Exception as e:  # a weights_dummy_config the preset cannot take: named, never a traceback
         model, where, hint = None, "the burn-in config could not be made with weights_dummy_config (%s)" % (
             type(e).__name__), "correct weights_dummy_config, or leave it out"

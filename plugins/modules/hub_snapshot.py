@@ -109,12 +109,12 @@ options:
   serve:
     description:
       - What the checkpoint must serve - C(llm_vision), C(llm_drafter), C(llm_engine), C(llm_gpus),
-        C(llm_expert_parallel). With O(state=manifest) read from the hub and vision on, C(llm_drafter=mtp) or a GPU
-        engine on several GPUs, the checkpoint's config.json (or its GGUF header, with O(format=gguf)) is read first,
-        without the cache, and a setting it cannot honour (vision with a text model, MTP drafting without MTP layers,
-        a GPU count its heads or experts do not divide, experts split into parts of their weight blocks without
-        expert parallelism, expert parallelism on vLLM for a dense model) fails with E_UNSUPPORTED before any weight
-        is fetched.
+        C(llm_expert_parallel), C(autotune_moe). With O(state=manifest) read from the hub and vision on,
+        C(llm_drafter=mtp), a GPU engine on several GPUs or a MoE tune, the checkpoint's config.json (or its GGUF
+        header, with O(format=gguf)) is read first, without the cache, and a setting it cannot honour (vision with a
+        text model, MTP drafting without MTP layers, a GPU count its heads or experts do not divide, experts split
+        into parts of their weight blocks without expert parallelism, expert parallelism on vLLM for a dense model,
+        a MoE tune the tuner could not make) fails with E_UNSUPPORTED before any weight is fetched.
     type: dict
     default: {}
 """

@@ -514,6 +514,8 @@ def test_hosts_without_a_registry_load_the_copy_saved_through_the_workstation(fl
     offline = dict(image_distribute="workstation", image_distribute_cache=str(cache), image_pull_patches=False)
     fleet.host("first", "rtxpro6000x4-healthy.json", llm_image=ref, **offline)
     fleet.host("second", "rtxpro6000x4-healthy.json", llm_image=ref, llm_docker_host=second_daemon, **offline)
+    # The play's hosts come in the inventory's (sorted) order: first, fourth, second, third. So the first host running
+    # the second image, fourth, lacks it and third, later, holds it: no host may pull (no registry has it).
     fleet.host("third", "rtxpro6000x4-healthy.json", llm_image=other, **offline)
     fleet.host("fourth", "rtxpro6000x4-healthy.json", llm_image=other, llm_docker_host=second_daemon, **offline)
     result = fleet.run("site.yml", "--tags", "image")

@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import jinja2
 import pytest
@@ -320,6 +322,15 @@ def test_the_weights_stage_refuses_the_same_split_from_the_hubs_config_json():
     assert not checkpoint.needed(dict(serve, llm_vision=False, llm_drafter="off", llm_gpus=[0]))
     assert not checkpoint.needed({"llm_vision": False, "llm_drafter": "off", "llm_engine": "llamacpp",
                                   "llm_gpus": GPUS3})
+    # A MoE tune the tuner could not make, on a shape validation did not know: refused here, before the download.
+    with open(os.path.join(ROOT, "roles", "weights", "tasks", "hub.yml")) as f:
+        assert "'autotune_moe': llm_settings.autotune_moe" in f.read()
+    tune = dict(serve, llm_vision=False, llm_engine="sglang", llm_gpus=GPUS4, autotune_moe="reduced")
+    assert codes(checkpoint.refusals(tune, caps, "acme/moe", "a" * 40)) == [("E_UNSUPPORTED", "autotune_moe")]
+    assert checkpoint.refusals(dict(tune, autotune_moe="off"), caps, "acme/moe", "a" * 40) == []
+    assert checkpoint.needed(dict(tune, llm_gpus=[0]))  # one GPU, but a tune to check
+    assert codes(checkpoint.refusals(dict(tune, llm_engine="vllm", llm_gpus=[0]), dense, "acme/dense", "a" * 40)) \
+        == [("E_UNSUPPORTED", "autotune_moe")]
 
 
 @pytest.mark.parametrize("name, value, why", [
@@ -396,7 +407,7 @@ def test_a_moe_tune_of_the_recipe_is_the_split_the_engine_runs(weights):
 
 
 def test_a_moe_tune_of_experts_the_gpus_do_not_divide_or_of_a_dense_model_is_refused():
-    # 96 experts over 8 GPUs: vLLM places them (the first get one more), its tuner asserts they divide.
+    # 100 experts over 8 GPUs: vLLM places them (the first get one more), its tuner asserts they divide.
     odd = {"weights_dummy_preset": "glm4_moe", "llm_vision": False, "llm_weights": "dummy",
            "weights_dummy_config": {"n_routed_experts": 100}}
     assert check(llm_gpus=GPUS8, **odd) == []
@@ -462,3 +473,61 @@ def test_a_hub_models_shape_is_read_from_the_hub_before_anything_changes(hub):
     # Weights from a folder: the hub is not what the stage reads, so it is not asked.
     findings = hub_check(llm_gpus=GPUS3, weights_source="folder", weights_source_dir="/srv/models/dense")
     assert codes(findings) == [("W_CHECK_SKIPPED", "llm_model")] and "the hub" not in findings[0]["message"]
+
+
+def test_the_hub_is_asked_only_for_a_check_asked_for_and_only_with_settings_that_passed():
+    asked = []
+
+    def hub_config(repo, revision, endpoint, token):
+        asked.append((repo, endpoint))
+        return None, "not asked here"
+    # One GPU, no images, no tune: nothing needs the shape, so the hub is not asked.
+    assert check(hub_config=hub_config, llm_model="acme/unknown", llm_gpus=[0], llm_vision=False) == [] and not asked
+    # A refused endpoint: the token must not go to the default hub instead.
+    findings = check(hub_config=hub_config, llm_model="acme/unknown", llm_gpus=GPUS3, llm_hf_token="hf_sekrit",
+                     weights_hf_endpoint="https://hub.internal:8o80")
+    assert ("E_CONFIG", "weights_hf_endpoint") in codes(findings) and not asked
+    check(hub_config=hub_config, llm_model="acme/unknown", llm_gpus=GPUS3)
+    assert asked == [("acme/unknown", "")]
+
+
+def test_the_token_goes_to_the_endpoint_only_never_where_it_redirects():
+    """huggingface.co answers resolve/ with redirects to a CDN: the token stays with the endpoint it was set for."""
+    seen = {}
+
+    class Target(BaseHTTPRequestHandler):
+        def do_GET(self):  # pylint: disable=invalid-name
+            seen["authorization"] = self.headers.get("Authorization")
+            body = json.dumps({"num_attention_heads": 28, "intermediate_size": 18944}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    target = HTTPServer(("127.0.0.1", 0), Target)
+
+    class Hub(Target):
+        def do_GET(self):  # pylint: disable=invalid-name
+            seen["hub"] = self.headers.get("Authorization")
+            self.send_response(302)
+            self.send_header("Location", "http://127.0.0.1:%d/blob" % target.server_port)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    hub = HTTPServer(("127.0.0.1", 0), Hub)
+    for server in (target, hub):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        read, why = checkpoint.hub_config("acme/dense", "main", "http://127.0.0.1:%d" % hub.server_port, "hf_sekrit")
+    finally:
+        for server in (target, hub):
+            server.shutdown()
+            server.server_close()
+    assert why is None and read[0]["num_attention_heads"] == 28
+    assert seen == {"hub": "Bearer hf_sekrit", "authorization": None}
+    # A token urllib refuses as a header value: said without the token.
+    read, why = checkpoint.hub_config("acme/dense", "main", "http://127.0.0.1:9", "hf_sekrit\nX-Other: 1")
+    assert read is None and "hf_sekrit" not in why
