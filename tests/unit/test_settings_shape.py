@@ -324,7 +324,7 @@ def test_the_weights_stage_refuses_the_same_split_from_the_hubs_config_json():
                                   "llm_gpus": GPUS3})
     # A MoE tune the tuner could not make, on a shape validation did not know: refused here, before the download.
     with open(os.path.join(ROOT, "roles", "weights", "tasks", "hub.yml")) as f:
-        assert "'autotune_moe': llm_settings.autotune_moe" in f.read()
+        assert "'autotune_moe': llm_settings.autotune_moe | default('off')" in f.read()
     tune = dict(serve, llm_vision=False, llm_engine="sglang", llm_gpus=GPUS4, autotune_moe="reduced")
     assert codes(checkpoint.refusals(tune, caps, "acme/moe", "a" * 40)) == [("E_UNSUPPORTED", "autotune_moe")]
     assert checkpoint.refusals(dict(tune, autotune_moe="off"), caps, "acme/moe", "a" * 40) == []
