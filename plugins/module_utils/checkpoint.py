@@ -9,8 +9,8 @@ dense model, a MoE tune of a split the tuner cannot make) are refused with E_UNS
 downloaded yet. Settings validation applies the same rules on the workstation (the burn-in folder's config, a hub
 config.json the workstation has, or the one the hub gives).
 
-Standard library only: the host's HTTP reads are its caller's (requests, in the host's virtualenv); hub_config reads
-a config.json for settings validation on the workstation with urllib."""
+Standard library and Ansible's module_utils only: the host's HTTP reads are its caller's (requests, in the host's
+virtualenv); hub_config reads a config.json for settings validation on the workstation with Ansible's open_url."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -24,7 +24,8 @@ import struct
 from http.client import HTTPException
 from urllib.error import HTTPError, URLError
 from urllib.parse import quote
-from urllib.request import Request, urlopen
+
+from ansible.module_utils.urls import ConnectionError as UrlsConnectionError, open_url
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import autotune
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
@@ -277,15 +278,16 @@ def hub_config(repo, revision, endpoint="", token="", timeout=10, limit=4 << 20)
     base = (endpoint or HUB).rstrip("/")
     url = "%s/%s/resolve/%s/config.json" % (base, quote(repo, safe="/"), quote(revision, safe=""))
     try:
-        request = Request(url)
-        if token:
-            request.add_unredirected_header("Authorization", "Bearer %s" % token)
-        with urlopen(request, timeout=timeout) as answer:  # nosec - the endpoint the user set, or the hub
+        answer = open_url(url, headers={"Authorization": "Bearer %s" % token} if token else {}, timeout=timeout,
+                          unredirected_headers=["Authorization"], use_netrc=False, http_agent="gpuserve.llm")
+        try:
             data = answer.read(limit + 1)
+        finally:
+            answer.close()
     except HTTPError as e:
         return None, "%s answered HTTP %d %s%s" % (base, e.code, e.reason, "" if token or e.code not in (401, 403)
                                                    else "; a gated or private repo needs llm_hf_token")
-    except (URLError, OSError, HTTPException) as e:
+    except (URLError, OSError, HTTPException, UrlsConnectionError) as e:
         return None, "%s could not be reached: %s" % (base, getattr(e, "reason", None) or type(e).__name__)
     except ValueError as e:  # a URL urllib cannot take; its text may hold the header's value: named by type only
         return None, "%s could not be asked (%s)" % (base, type(e).__name__)
