@@ -10,7 +10,8 @@ import os
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuserve.llm.plugins.module_utils.checkpoint import cached_config, hub_cache_dir, hub_config
+from ansible_collections.gpuserve.llm.plugins.module_utils import hub_config
+from ansible_collections.gpuserve.llm.plugins.module_utils.checkpoint import cached_config, hub_cache_dir
 from ansible_collections.gpuserve.llm.plugins.module_utils.settings import TYPED, display, load_specs, validate_templated
 
 COLLECTION = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -51,7 +52,7 @@ class ActionModule(ActionBase):
         # Rendering errors are judged there and named in words (never Jinja's text: it may hold a secret).
         findings, values = validate_templated(raw, render, specs.options, specs.internal,
                                               task_vars.get("group_names", ()), set(task_vars), workstation_config,
-                                              task_vars.get("groups", {}).get("llm_routers", []), hub_config)
+                                              task_vars.get("groups", {}).get("llm_routers", []), hub_config.read)
         result.update(changed=False, findings=findings, errors=len([f for f in findings if f["severity"] == "error"]),
                       settings=values, display=display(values, specs.options))
         return result

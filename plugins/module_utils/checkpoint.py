@@ -7,10 +7,9 @@ metadata (nextn layers). Settings it cannot honour (llm_vision with a text model
 without MTP layers, a GPU count its heads or experts do not divide, expert parallelism on vLLM for a
 dense model, a MoE tune of a split the tuner cannot make) are refused with E_UNSUPPORTED while nothing is
 downloaded yet. Settings validation applies the same rules on the workstation (the burn-in folder's config, a hub
-config.json the workstation has, or the one the hub gives).
+config.json the workstation has, or the one hub_config.read gets from the hub).
 
-Standard library and Ansible's module_utils only: the host's HTTP reads are its caller's (requests, in the host's
-virtualenv); hub_config reads a config.json for settings validation on the workstation with Ansible's open_url."""
+Standard library only, but for the HTTP read (requests, in the host's virtualenv)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -20,12 +19,6 @@ import json
 import os
 import re
 import struct
-
-from http.client import HTTPException
-from urllib.error import HTTPError, URLError
-from urllib.parse import quote
-
-from ansible.module_utils.urls import ConnectionError as UrlsConnectionError, open_url
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import autotune
 from ansible_collections.gpuserve.llm.plugins.module_utils.codes import finding
@@ -265,41 +258,6 @@ def cached_config(cache, repo, revision):
     except (IOError, OSError, ValueError):
         return None
     return (content, path) if isinstance(content, dict) else None
-
-
-HUB = "https://huggingface.co"
-
-
-def hub_config(repo, revision, endpoint="", token="", timeout=10, limit=4 << 20):
-    """A hub checkpoint's config.json read over HTTP from the endpoint the weights stage fetches from (empty:
-    huggingface.co) into memory, nothing written: ((content, where), None), or (None, why not, in words without the
-    token). Settings validation asks it on the workstation when its Hugging Face cache lacks the file. The token
-    goes to the endpoint's own URL only, never to where it redirects (a CDN, another host)."""
-    base = (endpoint or HUB).rstrip("/")
-    url = "%s/%s/resolve/%s/config.json" % (base, quote(repo, safe="/"), quote(revision, safe=""))
-    try:
-        answer = open_url(url, headers={"Authorization": "Bearer %s" % token} if token else {}, timeout=timeout,
-                          unredirected_headers=["Authorization"], use_netrc=False, http_agent="gpuserve.llm")
-        try:
-            data = answer.read(limit + 1)
-        finally:
-            answer.close()
-    except HTTPError as e:
-        return None, "%s answered HTTP %d %s%s" % (base, e.code, e.reason, "" if token or e.code not in (401, 403)
-                                                   else "; a gated or private repo needs llm_hf_token")
-    except (URLError, OSError, HTTPException, UrlsConnectionError) as e:
-        return None, "%s could not be reached: %s" % (base, getattr(e, "reason", None) or type(e).__name__)
-    except ValueError as e:  # a URL urllib cannot take; its text may hold the header's value: named by type only
-        return None, "%s could not be asked (%s)" % (base, type(e).__name__)
-    if len(data) > limit:
-        return None, "its config.json at %s is over %d MiB" % (base, limit >> 20)
-    try:
-        content = json.loads(data.decode("utf-8"))
-    except ValueError:
-        return None, "its config.json at %s is not JSON" % base
-    if not isinstance(content, dict):
-        return None, "its config.json at %s is not one JSON object" % base
-    return (content, base), None
 
 
 # GGUF value types: struct format of the scalars; 8 = string, 9 = array.

@@ -488,24 +488,24 @@ def _check_model_shape(values, findings, refused, model_config=None, hub_config=
             or "llm_expert_parallel" in refused or not all(n in values for n in SHAPE_INPUTS):
         return
     gpus = values["llm_gpus"]
+    shape_checks = skipped_shape_checks(values)
     try:
         # The hub is asked only for a check these settings ask for, and only with the endpoint, token and source
         # that passed (a refused endpoint must not send the token to the default hub instead).
-        ask_hub = skipped_shape_checks(values) and not refused & {"weights_hf_endpoint", "llm_hf_token",
-                                                                  "weights_source"}
+        ask_hub = shape_checks and not refused & {"weights_hf_endpoint", "llm_hf_token", "weights_source"}
         model, where, alternative, hint = model_shape(values, model_config, hub_config if ask_hub else None)
     except Exception as e:  # a weights_dummy_config the preset cannot take: named, never a traceback
         model, where, hint = None, "the burn-in config could not be made with weights_dummy_config (%s)" % (
             type(e).__name__), "correct weights_dummy_config, or leave it out"
     if model is None:
-        skipped = skipped_shape_checks(values)
-        if skipped:
-            listed = skipped[0] if len(skipped) == 1 else "%s and %s" % (", ".join(skipped[:-1]), skipped[-1])
+        if shape_checks:
+            listed = shape_checks[0] if len(shape_checks) == 1 else "%s and %s" % (
+                ", ".join(shape_checks[:-1]), shape_checks[-1])
             findings.append(finding(
                 "W_CHECK_SKIPPED", "llm_model", "%s (E_UNSUPPORTED) %s not made for %s on %d GPU%s: %s; %s" % (
-                    listed[0].upper() + listed[1:], "was" if len(skipped) == 1 else "were", values["llm_model"],
+                    listed[0].upper() + listed[1:], "was" if len(shape_checks) == 1 else "were", values["llm_model"],
                     len(gpus), "" if len(gpus) == 1 else "s", where, hint),
-                variable="llm_model", check=", ".join(skipped)))
+                variable="llm_model", check=", ".join(shape_checks)))
         return
     vision = checkpoint.vision_refusal(values, model["vision"], where, alternative)
     if vision:

@@ -16,7 +16,7 @@ import jinja2
 import pytest
 import yaml
 
-from ansible_collections.gpuserve.llm.plugins.module_utils import checkpoint, dummy_hf
+from ansible_collections.gpuserve.llm.plugins.module_utils import checkpoint, dummy_hf, hub_config
 from ansible_collections.gpuserve.llm.plugins.module_utils.settings import (
     CARRIED_SHAPES, DUMMY_PRESETS, FP8_BLOCKS, URL_PORT_ITEMS, URL_PORT_SETTINGS, validate, validate_templated)
 from settings_bases import CPU, DEFAULTS, OPTIONS, ROOT, SGLANG, SPECS
@@ -450,7 +450,7 @@ def test_a_hub_models_shape_is_read_from_the_hub_before_anything_changes(hub):
         settings = dict(llm_model="acme/dense", weights_hf_endpoint=hub, llm_hf_token="hf_sekrit_token",
                         llm_vision=False)
         settings.update(changes)
-        return check(hub_config=checkpoint.hub_config, **settings)
+        return check(hub_config=hub_config.read, **settings)
 
     findings = hub_check(llm_gpus=GPUS3, llm_expert_parallel=False)
     assert codes(findings) == [("E_UNSUPPORTED", "llm_gpus")], findings
@@ -478,16 +478,16 @@ def test_a_hub_models_shape_is_read_from_the_hub_before_anything_changes(hub):
 def test_the_hub_is_asked_only_for_a_check_asked_for_and_only_with_settings_that_passed():
     asked = []
 
-    def hub_config(repo, revision, endpoint, token):
+    def hub_read(repo, revision, endpoint, token):
         asked.append((repo, endpoint))
         return None, "not asked here"
     # One GPU, no images, no tune: nothing needs the shape, so the hub is not asked.
-    assert check(hub_config=hub_config, llm_model="acme/unknown", llm_gpus=[0], llm_vision=False) == [] and not asked
+    assert check(hub_config=hub_read, llm_model="acme/unknown", llm_gpus=[0], llm_vision=False) == [] and not asked
     # A refused endpoint: the token must not go to the default hub instead.
-    findings = check(hub_config=hub_config, llm_model="acme/unknown", llm_gpus=GPUS3, llm_hf_token="hf_sekrit",
+    findings = check(hub_config=hub_read, llm_model="acme/unknown", llm_gpus=GPUS3, llm_hf_token="hf_sekrit",
                      weights_hf_endpoint="https://hub.internal:8o80")
     assert ("E_CONFIG", "weights_hf_endpoint") in codes(findings) and not asked
-    check(hub_config=hub_config, llm_model="acme/unknown", llm_gpus=GPUS3)
+    check(hub_config=hub_read, llm_model="acme/unknown", llm_gpus=GPUS3)
     assert asked == [("acme/unknown", "")]
 
 
@@ -521,7 +521,7 @@ def test_the_token_goes_to_the_endpoint_only_never_where_it_redirects():
     for server in (target, hub):
         threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        read, why = checkpoint.hub_config("acme/dense", "main", "http://127.0.0.1:%d" % hub.server_port, "hf_sekrit")
+        read, why = hub_config.read("acme/dense", "main", "http://127.0.0.1:%d" % hub.server_port, "hf_sekrit")
     finally:
         for server in (target, hub):
             server.shutdown()
@@ -529,5 +529,5 @@ def test_the_token_goes_to_the_endpoint_only_never_where_it_redirects():
     assert why is None and read[0]["num_attention_heads"] == 28
     assert seen == {"hub": "Bearer hf_sekrit", "authorization": None}
     # A token urllib refuses as a header value: said without the token.
-    read, why = checkpoint.hub_config("acme/dense", "main", "http://127.0.0.1:9", "hf_sekrit\nX-Other: 1")
+    read, why = hub_config.read("acme/dense", "main", "http://127.0.0.1:9", "hf_sekrit\nX-Other: 1")
     assert read is None and "hf_sekrit" not in why
