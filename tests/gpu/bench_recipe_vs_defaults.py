@@ -199,6 +199,8 @@ CHOSEN = {  # what vLLM chose, from its log: (pattern, what)
     "sampler": r"(Using FlashInfer for top-p & top-k sampling|FlashInfer top-p/top-k sampling \S+[^.\n]*)",
     "deep_gemm_warmup": r"(DeepGemm\S* warmup[^\n]*?\d+/\d+[^\n]{0,40})",
 }
+# patch 0004's own lines: the tuned table read or refused, each shape's GEMV in use, not used or not taken
+GEMV_LINE = r"gpuserve\.llm split-K GEMV (?:configs from|in use|not used|not taken|off for|: )[^\n]*"
 
 
 def chosen(log_path):
@@ -212,6 +214,9 @@ def chosen(log_path):
         m = re.search(pattern, text)
         if m:
             out[key] = m.group(1)
+    gemv = list(dict.fromkeys(m.group(0).split("; scale strides")[0] for m in re.finditer(GEMV_LINE, text)))
+    if gemv:
+        out["gemv"] = gemv
     sizes = out.pop("cudagraph_capture_sizes", None)
     if sizes is not None:
         sizes = [int(v) for v in sizes.split(",") if v.strip()]
@@ -557,7 +562,7 @@ def report(paths):
                   active / 1e9, ", ".join("%s %.2f" % (k, v / 1e9) for k, v in a["active"]["parts"].items()),
                   bw / 1e9, bw / active), "", "## What vLLM chose (its log)", "",
               "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(runs)]
-    for key in ("attention_backend", "moe_backend", "kv_cache_dtype", "cudagraph_mode", "cudagraph_sizes",
+    for key in ("fp8_linear_kernel", "attention_backend", "moe_backend", "moe_config", "sampler", "kv_cache_dtype", "cudagraph_mode", "cudagraph_sizes",
                 "max_num_batched_tokens", "kv_cache_memory", "kv_cache_tokens", "max_concurrency", "engine_init"):
         cells = " | ".join(str(r.get("chosen", {}).get(key, "-")) for r in runs)
         lines.append("| %s | %s |" % (key.replace("_", " "), cells))

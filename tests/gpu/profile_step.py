@@ -203,7 +203,8 @@ CHOSEN = {  # what vLLM chose, from its log
     "fp8_linear_kernel": r"Selected (\S+) for Fp8LinearMethod",
     "moe_backend": r"Using (\S+) Fp8 MoE backend",
     "moe_config": r"(Using configuration from \S+ for MoE layer|Using default MoE config)",
-    "attention_backend": r"Using (\S+) attention backend",
+    # vLLM's own choice, or the one --attention-backend named ("Using AttentionBackendEnum.TRITON_ATTN backend.")
+    "attention_backend": r"Using (?:AttentionBackendEnum\.)?(\w+) (?:attention )?backend[ .]",
     "sampler": r"(Using FlashInfer for top-p & top-k sampling|FlashInfer top-p/top-k sampling \S+[^.\n]*)",
     "cudagraph_mode": r"'cudagraph_mode': <CUDAGraphMode\.(\w+)",
     "enforce_eager": r"enforce_eager=(\w+)",
@@ -211,10 +212,18 @@ CHOSEN = {  # what vLLM chose, from its log
 }
 
 
+# patch 0004's own lines: the tuned table read or refused, each shape's GEMV in use, not used or not taken
+GEMV_LINE = r"gpuserve\.llm split-K GEMV (?:configs from|in use|not used|not taken|off for|: )[^\n]*"
+
+
 def chosen(path):
     with open(path, errors="replace") as f:
         text = f.read()
-    return dict((k, m.group(1)) for k, m in ((k, re.search(p, text)) for k, p in CHOSEN.items()) if m)
+    out = dict((k, m.group(1)) for k, m in ((k, re.search(p, text)) for k, p in CHOSEN.items()) if m)
+    gemv = list(dict.fromkeys(m.group(0).split("; scale strides")[0] for m in re.finditer(GEMV_LINE, text)))
+    if gemv:
+        out["gemv"] = gemv
+    return out
 
 
 def serve(argv, env, phase, trace_dir):
