@@ -312,11 +312,26 @@ def _rows(result):
     return rows
 
 
+def _beyond_spread(old_range, new_range, higher):
+    """("beyond", True/False) where the passes' ranges do not overlap (every pass of one run better than every
+    pass of the other), ("within", None) where they do, ("not known", None) where a run has no range."""
+    if not all(isinstance(r, (list, tuple)) and len(r) == 2 and all(isinstance(v, (int, float)) for v in r)
+               for r in (old_range, new_range)):
+        return "not known", None
+    if new_range[0] > old_range[1]:
+        return "beyond", higher
+    if new_range[1] < old_range[0]:
+        return "beyond", not higher
+    return "within", None
+
+
 def changes(previous_text, current):
     """The last report (its JSON text, "" when there is none) against this run's result:
     {"since": its time, "differs": [what else changed], "rows": [{endpoint, row, figure, unit, before, now,
-    change_pct, better}]} for every figure both runs have, in this run's order; {"since": None, "note": why} when
-    there is nothing to compare."""
+    change_pct, spread, better}]} for every figure both runs have, in this run's order; {"since": None, "note": why}
+    when there is nothing to compare. A change is better or worse only beyond the spread (the two runs' ranges of
+    passes apart); within it, better is None; where a run kept no range, spread is "not known" and better follows
+    the figure alone."""
     if not previous_text or not previous_text.strip():
         return {"since": None, "note": "no earlier report", "differs": [], "rows": []}
     try:
@@ -344,6 +359,9 @@ def changes(previous_text, current):
             if not isinstance(old, (int, float)) or not isinstance(new, (int, float)):
                 continue
             pct = round((new - old) * 100.0 / old, 1) if old else None
+            judged = _beyond_spread((old_row.get("range") or {}).get(figure), (row.get("range") or {}).get(figure),
+                                    higher)
             rows.append({"endpoint": key[0], "row": key[2], "figure": figure, "unit": unit, "before": old, "now": new,
-                         "change_pct": pct, "better": None if not pct else (pct > 0) == higher})
+                         "change_pct": pct, "spread": judged[0],
+                         "better": judged[1] if judged[0] != "not known" else (None if not pct else (pct > 0) == higher)})
     return {"since": previous.get("time") or "time not recorded", "differs": differs, "rows": rows}

@@ -889,7 +889,8 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # the new report shows each row against it (issue 37 item 7).
     last = {"time": "2026-01-02 03:04 UTC", "settings": {"llm_parallel": 1}, "endpoints": [
         {"name": "fleet endpoint (%s)" % vip, "prefill": [], "reuse": None,
-         "decode": [{"kind": "prose", "requests": 1, "aggregate_tok_s": 0.5, "per_request_tok_s": 0.5, "ttft_ms": 1e6}]}]}
+         "decode": [{"kind": "prose", "requests": 1, "aggregate_tok_s": 0.5, "per_request_tok_s": 0.5, "ttft_ms": 1e6,
+                     "range": {"aggregate_tok_s": [0.4, 0.6]}}]}]}
     (tmp_path / "reports" / "fleet" / "bench.json").write_text(json.dumps(last))
     benched = fleet.run(playbook="playbooks/bench.yml")
     assert benched.rc == 0, benched

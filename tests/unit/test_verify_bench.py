@@ -5,16 +5,20 @@ engine, is molecule default's verify step."""
 import base64
 import http.server
 import json
+import os
 import struct
 import threading
 import time
 import zlib
 
+import jinja2
 import pytest
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import bench, engines, prompts, verify
 from ansible_collections.gpuserve.llm.plugins.module_utils.engines import prom_total
 from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class StreamingEngine(http.server.BaseHTTPRequestHandler):
@@ -355,6 +359,36 @@ def test_bench_changes_compare_each_row_both_runs_have_and_say_what_else_changed
     assert rows[("prose x16", "aggregate_tok_s")]["change_pct"] == 0.0 and rows[("prose x16", "ttft_ms")]["better"] is None
     # A prefill size the last run did not measure is not compared.
     assert not [r for r in got["rows"] if r["row"].startswith("prefill")]
+
+
+def _render_bench_md(before_after):
+    """bench.md.j2's "Before and after" section (and the number macro it uses), rendered as Ansible renders it."""
+    text = open(os.path.join(ROOT, "roles", "bench", "templates", "bench.md.j2")).read()
+    macro = next(line for line in text.splitlines() if line.startswith("{% macro n("))
+    section = text[text.index("{% set ba = bench_before_after"):text.index("{% set cpu16")]
+    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
+    return env.from_string(macro + "\n" + section).render(bench_before_after=before_after)
+
+
+@pytest.mark.parametrize("before_range, now_range, spread, better", [
+    ([140.0, 145.0], [150.0, 152.0], "beyond", True),  # every pass now faster than every pass before
+    ([149.0, 151.0], [150.0, 152.0], "within", None),  # the ranges overlap: no verdict
+    ([151.0, 155.0], [148.0, 150.0], "beyond", False),
+    (None, [150.0, 152.0], "not known", True)])  # no range kept before: the figure alone
+def test_bench_changes_call_a_change_better_or_worse_only_beyond_the_spread(before_range, now_range, spread, better):
+    before, now = _report("t", 143.5, 19, 2048), _report("u", 150.7, 25, 2048)
+    for report, rng, ttft in ((before, before_range, [18, 20]), (now, now_range, [24, 26])):
+        if rng:
+            report["endpoints"][0]["decode"][0]["range"] = {"aggregate_tok_s": rng, "ttft_ms": ttft}
+    rows = dict(((r["row"], r["figure"]), r) for r in bench.changes(json.dumps(before), now)["rows"])
+    assert (rows[("prose x1", "aggregate_tok_s")]["spread"], rows[("prose x1", "aggregate_tok_s")]["better"]) == \
+        (spread, better)
+    if before_range:  # the first token: 25 ms now against [18, 20] before, beyond the spread and worse
+        assert (rows[("prose x1", "ttft_ms")]["spread"], rows[("prose x1", "ttft_ms")]["better"]) == ("beyond", False)
+    md = _render_bench_md(bench.changes(json.dumps(before), now))
+    cell = {"beyond": " (better) |" if better else " (worse) |", "within": " (within the spread) |",
+            "not known": " (better; no spread to judge by) |"}[spread]
+    assert "| gpu1 | prose x1 | tok/s | 143.5 | 150.7 | +5.0 %" + cell in md, md
 
 
 @pytest.mark.parametrize("text, note", [("", "no earlier report"), ("{not json", "could not be read")])
