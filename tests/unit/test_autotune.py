@@ -168,6 +168,34 @@ def test_key_changes_with_every_input():
     assert len(keys) == 5 and autotune.key(dict(base)) in keys
 
 
+@pytest.mark.parametrize("moe, gemv", [(True, False), (False, True), (True, True)])
+def test_a_plans_key_follows_the_model_shape_it_tunes_for(tmp_path, moe, gemv):
+    """A result made for one shape is never taken for another: the MoE file's and the GEMV table's key changes with
+    the experts' width, the hidden size, the GPUs the layers are split over and expert parallelism, and stays with a
+    change the tuned kernels do not see (the vocabulary)."""
+    model = tmp_path / "model"
+    model.mkdir()
+
+    def key(change=None, **given):
+        config = dict(glm_config(FP8), moe_intermediate_size=1536)  # 1408 splits over no two GPUs in 128 blocks
+        config.update(change or {})
+        (model / "config.json").write_text(json.dumps(config))
+        got = module(tmp_path, "autotune_plan", engine="vllm", base_dir=str(tmp_path / "autotune"),
+                     model_dir=str(model), gpu_name="NVIDIA H200", search="reduced", container_model="/models/main",
+                     moe=moe, gemv=gemv, **dict(dict(tp_size=1, expert_parallel=False), **given))
+        assert not got.get("failed"), got
+        return got["key"]
+
+    base = key()
+    assert key() == base and key({"vocab_size": 151000}) == base
+    changed = {key({"moe_intermediate_size": 2048}) if moe else None, key({"hidden_size": 5120}),
+               key(tp_size=2), key({"num_attention_heads": 64}) if gemv else None}
+    changed.discard(None)
+    assert base not in changed and len(changed) == (2 + moe + gemv), changed
+    if moe:  # at one GPU expert parallelism splits nothing; at two it is another tune
+        assert key(tp_size=2, expert_parallel=True) != key(tp_size=2)
+
+
 FAKE_TUNER = '''
 import argparse, json, os
 from itertools import product
@@ -421,23 +449,29 @@ def test_a_vllm_plan_for_a_block_fp8_model_is_ready_only_with_its_gemv_table(tmp
 
 
 def test_the_engine_is_given_the_gemv_table_only_where_its_stamped_result_holds_one(tmp_path):
-    """roles/service/vars/main.yml's service_autotune_env, rendered by ansible-playbook for four results."""
+    """roles/service/vars/main.yml's service_autotune_env and service_volumes, rendered by ansible-playbook for four
+    results: the stamped folder mounted read-only at /autotune, where the variables point."""
     results = [("vllm", {"ready": True, "dir": "/a", "stamp": {"files": {"E=128.json": "1", "gemv.json": "2"}}}),
                ("vllm", {"ready": True, "dir": "/a", "stamp": {"files": {"E=128.json": "1"}}}),
                ("sglang", {"ready": True, "dir": "/a", "stamp": {"files": {"gemv.json": "2"}}}),
                ("vllm", {"ready": False})]
     play = [{"hosts": "localhost", "gather_facts": False,
              "vars_files": [os.path.join(ROOT, "roles", "service", "vars", "main.yml")],
-             "tasks": [{"ansible.builtin.copy": {"content": "{{ service_autotune_env | to_json }}\n",
-                                                 "dest": str(tmp_path / "env-{{ index }}.json")},
-                        "vars": {"llm_engine": "{{ item.0 }}", "autotune_result": "{{ item.1 }}"},
-                        "loop": [list(r) for r in results], "loop_control": {"index_var": "index"}}]}]
+             "tasks": [{"ansible.builtin.copy": {
+                 "content": "{{ [service_autotune_env, service_volumes] | to_json }}\n",
+                 "dest": str(tmp_path / "env-{{ index }}.json")},
+                 "vars": {"llm_engine": "{{ item.0 }}", "autotune_result": "{{ item.1 }}",
+                          "weights_model": {"volumes": ["/w:/models:ro"]}, "service_cache_dir": "/c"},
+                 "loop": [list(r) for r in results], "loop_control": {"index_var": "index"}}]}]
     (tmp_path / "play.yml").write_text(json.dumps(play))
     ran = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c",
                           "local", "-e", "ansible_python_interpreter=" + sys.executable, str(tmp_path / "play.yml")],
                          capture_output=True, text=True, cwd=ROOT, check=False)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    envs = [json.loads((tmp_path / ("env-%d.json" % i)).read_text()) for i in range(len(results))]
+    rendered = [json.loads((tmp_path / ("env-%d.json" % i)).read_text()) for i in range(len(results))]
+    assert [volumes for _env, volumes in rendered] == [["/w:/models:ro", "/c:/cache", "/a:/autotune:ro"]] * 3 + [
+        ["/w:/models:ro", "/c:/cache"]]
+    envs = [env for env, _volumes in rendered]
     assert envs == [{"VLLM_TUNED_CONFIG_FOLDER": "/autotune", "GPUSERVE_GEMV_CONFIGS": "/autotune/gemv.json"},
                     {"VLLM_TUNED_CONFIG_FOLDER": "/autotune"}, {"SGLANG_MOE_CONFIG_DIR": "/autotune"}, {}]
 
