@@ -46,6 +46,12 @@ prove serving, grammars and drafting, never to measure the model's speed (that i
 dummy`); drafting's cost against its gain, both sides on the same kernels, is what `mtp_agreement`
 measures (tests/gpu/mtp_fraction.py).
 Zero regions are left as holes in a sparse file: the 2-layer file is 14.9 GB long, 26 MB on disk.
+
+A config with a 128 x 128 block-FP8 `quantization_config` (the weights stage's `weights_fp8_quantization`, as
+GLM-4.5-Air-FP8 declares it) gets the checkpoint an FP8 engine loads: every attention projection, MLP and expert
+weight F8_E4M3 (zero, a hole) with its float32 `weight_scale_inv` per 128 x 128 block (ones), the rest as above
+(embeddings, heads, norms, biases, router and eh_proj stay unquantised in such checkpoints and in vLLM). Half the
+bytes of bf16: GLM-4.5-Air's full depth, ~203 GiB in bf16, fits one 141 GB GPU as FP8, with the same design.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -217,7 +223,7 @@ class Tensor:
 
     @property
     def nbytes(self):
-        size = {"BF16": 2, "F32": 4}[self.dtype]
+        size = {"BF16": 2, "F32": 4, "F8_E4M3": 1}[self.dtype]
         for s in self.shape:
             size *= s
         return size
@@ -233,6 +239,18 @@ class Tensor:
         bits = a.view(np.uint32)
         rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest even
         return rounded.astype("<u2").tobytes()
+
+
+def fp8_block(config):
+    """The [rows, columns] of a block-FP8 checkpoint's weight blocks, or None (a bf16 checkpoint). Only the 128 x 128
+    blocks GLM-4.5/4.6's FP8 checkpoints use are written; another quantization is refused, not written as bf16."""
+    q = config.get("quantization_config") or {}
+    if not q:
+        return None
+    block = q.get("weight_block_size")
+    if q.get("quant_method") != "fp8" or q.get("fmt", "e4m3") != "e4m3" or list(block or []) != [128, 128]:
+        raise ValueError("hand-set weights are bf16 or 128 x 128 block FP8 (e4m3), not %s" % json.dumps(q))
+    return [128, 128]
 
 
 def tensors(config, seed=0, mtp_agreement=1.0, mtp_reply_tokens=256):
@@ -252,6 +270,15 @@ def tensors(config, seed=0, mtp_agreement=1.0, mtp_reply_tokens=256):
     heads, kv, hd = config["num_attention_heads"], config["num_key_value_heads"], config.get("head_dim") or 128
     experts, mi = config["n_routed_experts"], config["moe_intermediate_size"]
     shared = mi * int(config.get("n_shared_experts") or 0)
+    block = fp8_block(config)
+
+    def weight(name, shape):
+        """A zero linear weight: bf16, or block-FP8 with its scales (ones) where the checkpoint is FP8."""
+        if not block:
+            return {name: Tensor(shape)}
+        scales = [-(-shape[0] // block[0]), -(-shape[1] // block[1])]
+        return {name: Tensor(shape, "F8_E4M3"), name + "_scale_inv": Tensor(scales, "F32", rows=np.ones(scales))}
+
     out = {"model.embed_tokens.weight": Tensor([vocab_size, d], rows=one_hot),
            "model.norm.weight": Tensor([d], rows=np.ones(d)),
            "lm_head.weight": Tensor([vocab_size, d], rows=head)}
@@ -261,24 +288,23 @@ def tensors(config, seed=0, mtp_agreement=1.0, mtp_reply_tokens=256):
         t = {p + "input_layernorm.weight": Tensor([d], rows=np.ones(d)),
              p + "post_attention_layernorm.weight": Tensor([d], rows=np.ones(d))}
         for proj, rows in (("q", heads * hd), ("k", kv * hd), ("v", kv * hd)):
-            t[p + "self_attn.%s_proj.weight" % proj] = Tensor([rows, d])
+            t.update(weight(p + "self_attn.%s_proj.weight" % proj, [rows, d]))
             t[p + "self_attn.%s_proj.bias" % proj] = Tensor([rows])
-        t[p + "self_attn.o_proj.weight"] = Tensor([d, heads * hd])
+        t.update(weight(p + "self_attn.o_proj.weight", [d, heads * hd]))
+
+        def mlp(q, inter):
+            for proj, shape in (("gate", [inter, d]), ("up", [inter, d]), ("down", [d, inter])):
+                t.update(weight(q + "%s_proj.weight" % proj, shape))
+
         if not moe:
-            inter = config["intermediate_size"]
-            t.update({p + "mlp.gate_proj.weight": Tensor([inter, d]), p + "mlp.up_proj.weight": Tensor([inter, d]),
-                      p + "mlp.down_proj.weight": Tensor([d, inter])})
+            mlp(p + "mlp.", config["intermediate_size"])
             return t
         t[p + "mlp.gate.weight"] = Tensor([experts, d])
         t[p + "mlp.gate.e_score_correction_bias"] = Tensor([experts], "F32")
         for e in range(experts):
-            q = p + "mlp.experts.%d." % e
-            t.update({q + "gate_proj.weight": Tensor([mi, d]), q + "up_proj.weight": Tensor([mi, d]),
-                      q + "down_proj.weight": Tensor([d, mi])})
+            mlp(p + "mlp.experts.%d." % e, mi)
         if shared:
-            q = p + "mlp.shared_experts."
-            t.update({q + "gate_proj.weight": Tensor([shared, d]), q + "up_proj.weight": Tensor([shared, d]),
-                      q + "down_proj.weight": Tensor([d, shared])})
+            mlp(p + "mlp.shared_experts.", shared)
         return t
 
     layers, dense = config["num_hidden_layers"], int(config.get("first_k_dense_replace", 0))
@@ -304,7 +330,7 @@ def tensors(config, seed=0, mtp_agreement=1.0, mtp_reply_tokens=256):
 def write(path, config, seed=0, mtp_agreement=1.0, mtp_reply_tokens=256):
     """model.safetensors at `path`, zero regions as holes. Returns the header (names, shapes, offsets)."""
     items = sorted(tensors(config, seed, mtp_agreement, mtp_reply_tokens).items())
-    what = "burn-in, hand-set weights (seed %d)" % seed
+    what = "burn-in, hand-set weights (seed %d%s)" % (seed, ", block-FP8 linears" if fp8_block(config) else "")
     if mtp_agreement < 1.0:
         what += ", MTP agreement %g over %d-token replies" % (mtp_agreement, mtp_reply_tokens)
     header, offset = {"__metadata__": {"format": "pt", "gpuserve": what}}, 0
@@ -337,6 +363,11 @@ def read(path, name):
         raw = f.read(meta["data_offsets"][1] - meta["data_offsets"][0])
     if meta["dtype"] == "F32":
         return np.frombuffer(raw, "<f4").reshape(meta["shape"])
+    if meta["dtype"] == "F8_E4M3":  # the written ones are all zero; any other byte is refused, not misread
+        data = np.frombuffer(raw, np.uint8)
+        if (data & 0x7F).any():
+            raise ValueError("%s holds non-zero F8_E4M3 bytes, which this reader does not decode" % name)
+        return np.zeros(meta["shape"], np.float32)
     return (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32).reshape(meta["shape"])
 
 

@@ -48,6 +48,57 @@ def test_the_file_holds_every_tensor_vllm_loads_for_the_model_and_its_mtp_layer(
     assert float(np.abs(w.read(path, "model.layers.1.mlp.experts.3.gate_proj.weight")).max()) == 0.0
 
 
+FP8 = {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                               "weight_block_size": [128, 128]}}
+
+
+def test_a_block_fp8_config_gets_fp8_linears_with_their_scales_and_the_same_design(written, tmp_path):
+    """GLM-4.5-Air-FP8's quantization: each linear an F8_E4M3 weight and a float32 weight_scale_inv a 128 x 128 block
+    (the names vLLM's Fp8LinearMethod and FP8 MoE load), what the design rests on unquantised and the same bytes,
+    so the reply, the drafts and the agreement are the bf16 file's; about half its bytes."""
+    path, config, header, step = written
+    fp8_config = h.model_config("glm4_moe", 2, dict(NARROW, **FP8))
+    fp8_path = str(tmp_path / "fp8.safetensors")
+    fp8 = w.write(fp8_path, fp8_config, seed=0)
+    linears = sorted(k for k, v in header.items() if k.endswith("_proj.weight") and k.split(".")[-2] != "eh_proj")
+    # q, k, v, o in 3 layers (the MTP layer too), the dense MLP of layer 0, 4 experts and the shared one in 2 MoE layers
+    assert len(linears) == 4 * 3 + 3 + 4 * 3 * 2 + 3 * 2, linears
+    assert set(fp8) - {"__metadata__"} == set(header) - {"__metadata__"} | {k + "_scale_inv" for k in linears}
+    for name in linears:
+        rows, cols = header[name]["shape"]
+        assert fp8[name]["dtype"] == "F8_E4M3" and fp8[name]["shape"] == [rows, cols], name
+        assert fp8[name + "_scale_inv"]["dtype"] == "F32" and fp8[name + "_scale_inv"]["shape"] == [
+            -(-rows // 128), -(-cols // 128)], name
+    assert fp8["model.layers.1.mlp.experts.3.down_proj.weight_scale_inv"]["shape"] == [8, 1]  # 1024 x 64
+    assert float(w.read(fp8_path, "model.layers.1.self_attn.q_proj.weight_scale_inv").min()) == 1.0
+    assert float(np.abs(w.read(fp8_path, "model.layers.1.mlp.experts.3.gate_proj.weight")).max()) == 0.0
+    for name in ("model.embed_tokens.weight", "lm_head.weight", "model.layers.2.eh_proj.weight",
+                 "model.layers.2.shared_head.head.weight", "model.layers.1.mlp.gate.weight",
+                 "model.layers.1.self_attn.q_proj.bias"):
+        assert fp8[name]["dtype"] == header[name]["dtype"] and np.array_equal(w.read(fp8_path, name),
+                                                                              w.read(path, name)), name
+    assert "block-FP8" in fp8["__metadata__"]["gpuserve"] and "block-FP8" not in header["__metadata__"]["gpuserve"]
+    ids, _n = w.vocabulary(config)
+    fp8_step, fp8_draft, draft = w.greedy(fp8_path, fp8_config), w.drafter(fp8_path, fp8_config), w.drafter(path, config)
+    assert all(fp8_step(c) == step(c) and fp8_draft(c) == draft(c) for c in sorted(ids.values())[:400])
+
+    def data_bytes(h_):
+        return max(v["data_offsets"][1] for k, v in h_.items() if k != "__metadata__")
+
+    linear_bytes = sum(header[k]["data_offsets"][1] - header[k]["data_offsets"][0] for k in linears)
+    assert data_bytes(header) - data_bytes(fp8) > 0.49 * linear_bytes  # each linear a byte a weight, not two
+
+
+@pytest.mark.parametrize("quantization", [
+    {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [64, 64]},
+    {"quant_method": "awq", "bits": 4}, {"quant_method": "fp8", "fmt": "e5m2", "weight_block_size": [128, 128]}])
+def test_a_quantization_the_writer_cannot_make_is_refused_not_written_as_bf16(quantization, tmp_path):
+    config = h.model_config("glm4_moe", 2, dict(NARROW, quantization_config=quantization))
+    with pytest.raises(ValueError, match="128 x 128 block FP8"):
+        w.write(str(tmp_path / "m.safetensors"), config)
+    assert not (tmp_path / "m.safetensors").exists()
+
+
 def test_same_inputs_same_bytes_and_the_seed_changes_them(written, tmp_path):
     path, config, _h, step = written
     again, other = str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")
