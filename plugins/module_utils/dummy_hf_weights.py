@@ -49,7 +49,8 @@ Zero regions are left as holes in a sparse file: the 2-layer file is 14.9 GB lon
 
 A config with a 128 x 128 block-FP8 `quantization_config` (the weights stage's `weights_fp8_quantization`, as
 GLM-4.5-Air-FP8 declares it) gets the checkpoint an FP8 engine loads: every attention projection, MLP and expert
-weight F8_E4M3 (zero, a hole) with its float32 `weight_scale_inv` per 128 x 128 block (ones), the rest as above
+weight F8_E4M3 (zero, a hole) with its float32 `weight_scale_inv` per 128 x 128 block (ones), except the
+`ignored_layers` it names (dummy_hf keeps GLM-4.5-Air's dense MLP, 10944 wide, in bf16); the rest as above
 (embeddings, heads, norms, biases, router and eh_proj stay unquantised in such checkpoints and in vLLM). Half the
 bytes of bf16: GLM-4.5-Air's full depth, ~203 GiB in bf16, fits one 141 GB GPU as FP8, with the same design.
 """
@@ -271,10 +272,12 @@ def tensors(config, seed=0, mtp_agreement=1.0, mtp_reply_tokens=256):
     experts, mi = config["n_routed_experts"], config["moe_intermediate_size"]
     shared = mi * int(config.get("n_shared_experts") or 0)
     block = fp8_block(config)
+    # What the config keeps unquantised (dummy_hf: the dense layer's MLP whose width no 128 block divides)
+    ignored = set((config.get("quantization_config") or {}).get("ignored_layers") or [])
 
     def weight(name, shape):
         """A zero linear weight: bf16, or block-FP8 with its scales (ones) where the checkpoint is FP8."""
-        if not block:
+        if not block or name[:-len(".weight")] in ignored:
             return {name: Tensor(shape)}
         scales = [-(-shape[0] // block[0]), -(-shape[1] // block[1])]
         return {name: Tensor(shape, "F8_E4M3"), name + "_scale_inv": Tensor(scales, "F32", rows=np.ones(scales))}

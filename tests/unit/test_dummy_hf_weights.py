@@ -78,6 +78,10 @@ def test_a_block_fp8_config_gets_fp8_linears_with_their_scales_and_the_same_desi
         assert fp8[name]["dtype"] == header[name]["dtype"] and np.array_equal(w.read(fp8_path, name),
                                                                               w.read(path, name)), name
     assert "block-FP8" in fp8["__metadata__"]["gpuserve"] and "block-FP8" not in header["__metadata__"]["gpuserve"]
+    # A dense MLP no 128 block divides (GLM-4.5-Air's 10944): dummy_hf lists it in ignored_layers, and it stays bf16
+    odd = w.tensors(h.model_config("glm4_moe", 2, dict(NARROW, intermediate_size=400, **FP8)))
+    assert odd["model.layers.0.mlp.up_proj.weight"].dtype == "BF16" and "model.layers.0.mlp.up_proj.weight_scale_inv" \
+        not in odd and odd["model.layers.1.mlp.experts.0.up_proj.weight"].dtype == "F8_E4M3"
     ids, _n = w.vocabulary(config)
     fp8_step, fp8_draft, draft = w.greedy(fp8_path, fp8_config), w.drafter(fp8_path, fp8_config), w.drafter(path, config)
     assert all(fp8_step(c) == step(c) and fp8_draft(c) == draft(c) for c in sorted(ids.values())[:400])
