@@ -11,6 +11,9 @@ bench_recipe_vs_defaults.py serves it) with llm_drafter mtp or off, and measured
     mtp:0.5      llm_drafter mtp, num_speculative_tokens as the template renders it (1)
     mtp:0.7:3    the same with num_speculative_tokens 3 (vLLM runs the one MTP layer three times)
 
+DESIGNED_LAYERS (2 unless set; 0: the preset's full depth, 46 + MTP) and DESIGNED_FP8=1 (the weights stage's 128 x 128
+block-FP8 quantization; the full depth in bf16, ~203 GiB, fits no GPU, in FP8 ~103 GiB fits one H200) shape the folder.
+
 Each arm: a vLLM process of its own; bench's prose decode rows at CONCURRENCY (1,4,16,40) with REPLY (256)
 tokens, end of stream ignored, greedy, a warm-up pass at each row's shape and REPEATS (3) timed passes (median,
 min-max range); vLLM's own draft acceptance over each row (its spec_decode counters), beside the acceptance the
@@ -87,7 +90,12 @@ def arm(text, results):
     from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
     name, drafter, agreement, k = parse_arm(text)
     reply = served.BENCH["reply_tokens"]
-    config = served.write_folder(served.DESIGNED, 2)
+    # DESIGNED_LAYERS (2 unless set; 0 = the preset's full depth) and DESIGNED_FP8=1 (the weights stage's block-FP8
+    # quantization: at full depth bf16 does not fit one GPU, FP8 does)
+    layers = int(os.environ.get("DESIGNED_LAYERS", "2")) or None
+    fp8 = served.load("roles/weights/defaults/main.yml")["weights_fp8_quantization"] \
+        if os.environ.get("DESIGNED_FP8") == "1" else None
+    config = served.write_folder(served.DESIGNED, layers, fp8)
     t = time.time()
     dummy_hf_weights.write(os.path.join(served.DESIGNED, "model.safetensors"), config, mtp_agreement=agreement,
                            mtp_reply_tokens=reply)
