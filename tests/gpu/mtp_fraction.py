@@ -12,7 +12,8 @@ bench_recipe_vs_defaults.py serves it) with llm_drafter mtp or off, and measured
     mtp:0.7:3    the same with num_speculative_tokens 3 (vLLM runs the one MTP layer three times)
 
 DESIGNED_LAYERS (2 unless set; 0: the preset's full depth, 46 + MTP) and DESIGNED_FP8=1 (the weights stage's 128 x 128
-block-FP8 quantization; the full depth in bf16, ~203 GiB, fits no GPU, in FP8 ~103 GiB fits one H200) shape the folder.
+block-FP8 quantization; the full depth in bf16, ~203 GiB, fits no GPU, in FP8 105.4 GiB fits one H200) shape the
+folder; DROP (as in bench_recipe_vs_defaults.py) takes flags out of the rendered command.
 
 Each arm: a vLLM process of its own; bench's prose decode rows at CONCURRENCY (1,4,16,40) with REPLY (256)
 tokens, end of stream ignored, greedy, a warm-up pass at each row's shape and REPEATS (3) timed passes (median,
@@ -109,7 +110,8 @@ def arm(text, results):
         rendered = engines.render(f.read(), engines.command_context(
             settings, {"model_dir": served.DESIGNED, "dummy": False}, {"gpu_memory_total_mib": served.gpu_memory_mib()}),
             {"llm_api_key": served.KEY})
-    argv = rendered["argv"]
+    argv = served.drop_flags(rendered["argv"], served.DROP)  # e.g. the KV cap, no room for it beside a full depth
+    out["dropped"] = served.DROP
     if drafter == "mtp":
         if k:
             argv = set_spec_tokens(argv, k)
