@@ -152,6 +152,14 @@ def arm(text, results):
     return out
 
 
+def folder_words():
+    """What the designed folder is, as DESIGNED_LAYERS and DESIGNED_FP8 shape it (arm() writes it)."""
+    layers = int(os.environ.get("DESIGNED_LAYERS", "2"))
+    return "GLM-4.5-Air's shapes %s + the MTP layer, %s" % (
+        "at full depth, 46 layers" if not layers else "cut to %d layers" % layers,
+        "128 x 128 block FP8" if os.environ.get("DESIGNED_FP8") == "1" else "bf16")
+
+
 def save(results):
     with open(results["path"], "w") as f:
         json.dump(dict((k, v) for k, v in results.items() if k != "path"), f, indent=1)
@@ -166,20 +174,23 @@ def report(paths):
         with open(p) as f:
             data = json.load(f)
         runs.append((os.path.basename(os.path.dirname(os.path.abspath(p))) or p,
-                     [a for a in data["arms"] if not a.get("failed")], data.get("vllm", "0.26.0")))
-    arms = [a for _run, found, _v in runs for a in found]
+                     [a for a in data["arms"] if not a.get("failed")], data.get("vllm", "0.26.0"),
+                     data.get("gpu", "NVIDIA H200"),  # the runs before 2026-12-06 kept neither: H200, 2 layers, bf16
+                     data.get("folder", "GLM-4.5-Air's shapes cut to 2 layers + the MTP layer, bf16")))
+    arms = [a for _run, found, _v, _g, _f in runs for a in found]
     offs = [dict((r["requests"], r) for r in a["decode"]) for a in arms if a["drafter"] == "off"]
     reply = arms[0]["reply_tokens"]
     repeats = arms[0]["decode"][0]["repeats"] if arms[0].get("decode") else "-"
     lines = ["# Where MTP pays: the recipe with and without MTP at chosen draft agreements", "",
-             "vLLM %s on one H200 · the burn-in folder (GLM-4.5-Air's shapes cut to 2 layers + the MTP layer, bf16) "
-             "with `dummy_hf_weights`' hand-set weights, the MTP layer agreeing with its model on the fraction "
-             "asked (`mtp_agreement`) · `tests/gpu/mtp_fraction.py`." % runs[0][2].replace(".dist", ""), "",
+             "vLLM %s on one %s · the burn-in folder (%s) with `dummy_hf_weights`' hand-set weights, the MTP "
+             "layer agreeing with its model on the fraction asked (`mtp_agreement`) · `tests/gpu/mtp_fraction.py`."
+             % (runs[0][2].replace(".dist", ""), " / ".join(sorted(set(r[3] for r in runs))),
+                " / ".join(sorted(set(r[4] for r in runs)))), "",
              "bench's prose decode rows, %s-token replies (end of stream ignored), greedy; a warm-up pass at each "
              "row's shape, then %s timed passes: medians, (lowest-highest) beside. Acceptance: vLLM's own (accepted / "
              "drafted tokens over the row's passes) and what the written weights give drafting on the CPU "
              "(`dummy_hf_weights.drafting`)." % (reply, repeats), ""]
-    for run, found, _v in runs:
+    for run, found, _v, _g, _f in runs:
         for a in found:
             lines.append("- %s **%s** (%s): healthy in %s s%s" % (
                 run, a["arm"], a["date"], a["healthy_after_s"],
@@ -202,7 +213,7 @@ def report(paths):
     lines += ["", "| agreement | k | run | requests | MTP tok/s | without MTP tok/s | ratio | per request: MTP / "
               "without | ratio | ms a step: MTP / without | acceptance vLLM / simulated |",
               "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    order = sorted(((a.get("num_speculative_tokens") or 1, a["mtp_agreement"], run, a) for run, found, _v in runs
+    order = sorted(((a.get("num_speculative_tokens") or 1, a["mtp_agreement"], run, a) for run, found, *_rest in runs
                     for a in found if a["drafter"] == "mtp"), key=lambda t: t[:3])
     for k, agreement, run, a in order:
         own = [dict((r["requests"], r) for r in b["decode"]) for b in dict(
@@ -240,8 +251,12 @@ def main():
         sys.path.append(served.SITE)
     import glob
     version = [os.path.basename(d).split("-")[1] for d in glob.glob(os.path.join(served.SITE, "vllm-*.dist-info"))]
+    import pynvml
+    pynvml.nvmlInit()
+    gpu = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
     results = {"path": os.path.join(OUT, "results-%s.json" % time.strftime("%H%M%S")), "arms": [],
-               "vllm": version[0] if version else "?", "bench": served.BENCH, "budget_s": BUDGET_S, "skipped_arms": []}
+               "vllm": version[0] if version else "?", "bench": served.BENCH, "budget_s": BUDGET_S, "skipped_arms": [],
+               "gpu": gpu.decode() if isinstance(gpu, bytes) else gpu, "folder": folder_words()}
     for text in ARMS:
         if left() < ARM_MIN_S:
             results["skipped_arms"].append(text)
