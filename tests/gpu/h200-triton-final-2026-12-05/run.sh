@@ -14,7 +14,7 @@
 # The calls, from the checkout's root, back to back on one lease (run tool, kind nvidia-h200):
 #   s1: CALL=s1 bash tests/gpu/h200-triton-final-2026-12-05/run.sh stash .whl/s1      carry [".whl/s1"]
 #   s2: CALL=s2 bash tests/gpu/h200-triton-final-2026-12-05/run.sh stash .whl/s2      carry [".whl/s2"]
-#   s3: SPARE_S=80 CALL=s3 LEASE_LEFT=S CALL_S=580 bash ... start .whl/s4             carry [".whl/s4"]
+#   s3: SPARE_S=60 CALL=s3 LEASE_LEFT=S CALL_S=580 bash ... start .whl/s4             carry [".whl/s4"]
 #   s4...: CALL=sN CALL_S=580 bash tests/gpu/h200-triton-final-2026-12-05/run.sh wait .
 #   last:  CALL=sN bash tests/gpu/h200-triton-final-2026-12-05/run.sh collect .  stop what is left, bring back all
 # The driver (everything in /root/work), each bench a server start of bench_recipe_vs_defaults.py recipe-no-mtp:
