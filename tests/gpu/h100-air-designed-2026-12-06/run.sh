@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 37 item 8 on an H100 (nvidia-h100-x1, 2026-12-06: no H200 lent, three refused starts that session): the
+# Issue 37 item 8 on an H100 (nvidia-h100-x1, 2026-12-06: no H200 lent, four refused starts that session): the
 # block-FP8 hand-set weights dummy_hf_weights.py now writes, proven on vLLM before the full-depth H200 run
 # (../h200-air-designed-2026-12-06/run.sh): GLM-4.5-Air's text shape at 24 of its 46 layers + the MTP layer (~55 GiB
 # in FP8; the 46 do not fit 80 GB), its MTP layer agreeing with its model on 80 % and 60 % of one-token drafts,
