@@ -330,8 +330,8 @@ def changes(previous_text, current):
     {"since": its time, "differs": [what else changed], "rows": [{endpoint, row, figure, unit, before, now,
     change_pct, spread, better}]} for every figure both runs have, in this run's order; {"since": None, "note": why}
     when there is nothing to compare. A change is better or worse only beyond the spread (the two runs' ranges of
-    passes apart); within it, better is None; where a run kept no range, spread is "not known" and better follows
-    the figure alone."""
+    passes apart); within it, better is None; where a run timed one pass or kept no range, spread is "not known"
+    and better follows the figure alone."""
     if not previous_text or not previous_text.strip():
         return {"since": None, "note": "no earlier report", "differs": [], "rows": []}
     try:
@@ -359,8 +359,9 @@ def changes(previous_text, current):
             if not isinstance(old, (int, float)) or not isinstance(new, (int, float)):
                 continue
             pct = round((new - old) * 100.0 / old, 1) if old else None
-            judged = _beyond_spread((old_row.get("range") or {}).get(figure), (row.get("range") or {}).get(figure),
-                                    higher)
+            one_pass = min(int(old_row.get("repeats") or 2), int(row.get("repeats") or 2)) < 2  # a range of one
+            judged = ("not known", None) if one_pass else _beyond_spread(
+                (old_row.get("range") or {}).get(figure), (row.get("range") or {}).get(figure), higher)
             rows.append({"endpoint": key[0], "row": key[2], "figure": figure, "unit": unit, "before": old, "now": new,
                          "change_pct": pct, "spread": judged[0],
                          "better": judged[1] if judged[0] != "not known" else (None if not pct else (pct > 0) == higher)})

@@ -370,25 +370,32 @@ def _render_bench_md(before_after):
     return env.from_string(macro + "\n" + section).render(bench_before_after=before_after)
 
 
-@pytest.mark.parametrize("before_range, now_range, spread, better", [
-    ([140.0, 145.0], [150.0, 152.0], "beyond", True),  # every pass now faster than every pass before
-    ([149.0, 151.0], [150.0, 152.0], "within", None),  # the ranges overlap: no verdict
-    ([151.0, 155.0], [148.0, 150.0], "beyond", False),
-    (None, [150.0, 152.0], "not known", True)])  # no range kept before: the figure alone
-def test_bench_changes_call_a_change_better_or_worse_only_beyond_the_spread(before_range, now_range, spread, better):
-    before, now = _report("t", 143.5, 19, 2048), _report("u", 150.7, 25, 2048)
-    for report, rng, ttft in ((before, before_range, [18, 20]), (now, now_range, [24, 26])):
-        if rng:
-            report["endpoints"][0]["decode"][0]["range"] = {"aggregate_tok_s": rng, "ttft_ms": ttft}
+@pytest.mark.parametrize("before, now, spread, better", [
+    ((143.5, [140.0, 145.0]), (150.7, [150.0, 152.0]), "beyond", True),  # every pass now faster than every one before
+    ((150.0, [149.0, 151.0]), (150.7, [150.0, 152.0]), "within", None),  # the ranges overlap: no verdict
+    ((153.0, [151.0, 155.0]), (149.0, [148.0, 150.0]), "beyond", False),
+    ((143.5, None), (150.7, [150.0, 152.0]), "not known", True),  # no range kept before: the figure alone
+    ((143.5, 1), (150.7, [150.0, 152.0]), "not known", True)])  # one pass before: a range of one, no spread
+def test_bench_changes_call_a_change_better_or_worse_only_beyond_the_spread(before, now, spread, better):
+    (old_median, old_range), (new_median, new_range) = before, now
+    before, now = _report("t", old_median, 19, 2048), _report("u", new_median, 25, 2048)
+    for report, rng, ttft in ((before, old_range, [18, 20]), (now, new_range, [24, 26])):
+        row = report["endpoints"][0]["decode"][0]
+        row["repeats"] = 1 if rng == 1 else 5
+        if rng == 1:
+            row["range"] = {"aggregate_tok_s": [old_median, old_median], "ttft_ms": [19, 19]}
+        elif rng:
+            row["range"] = {"aggregate_tok_s": rng, "ttft_ms": ttft}
     rows = dict(((r["row"], r["figure"]), r) for r in bench.changes(json.dumps(before), now)["rows"])
     assert (rows[("prose x1", "aggregate_tok_s")]["spread"], rows[("prose x1", "aggregate_tok_s")]["better"]) == \
         (spread, better)
-    if before_range:  # the first token: 25 ms now against [18, 20] before, beyond the spread and worse
+    if isinstance(old_range, list):  # the first token: 25 ms now against [18, 20] before, beyond the spread, worse
         assert (rows[("prose x1", "ttft_ms")]["spread"], rows[("prose x1", "ttft_ms")]["better"]) == ("beyond", False)
     md = _render_bench_md(bench.changes(json.dumps(before), now))
     cell = {"beyond": " (better) |" if better else " (worse) |", "within": " (within the spread) |",
             "not known": " (better; no spread to judge by) |"}[spread]
-    assert "| gpu1 | prose x1 | tok/s | 143.5 | 150.7 | +5.0 %" + cell in md, md
+    change = "%+.1f %%" % round((new_median - old_median) * 100.0 / old_median, 1)
+    assert "| gpu1 | prose x1 | tok/s | %s | %s | %s%s" % (old_median, new_median, change, cell) in md, md
 
 
 @pytest.mark.parametrize("text, note", [("", "no earlier report"), ("{not json", "could not be read")])
