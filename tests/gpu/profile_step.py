@@ -213,7 +213,7 @@ CHOSEN = {  # what vLLM chose, from its log
 
 
 # patch 0004's own lines: the tuned table read or refused, each shape's GEMV in use, not used or not taken
-GEMV_LINE = r"gpuserve\.llm split-K GEMV (?:configs from|in use|not used|not taken|off for|: )[^\n]*"
+GEMV_LINE = r"gpuserve\.llm split-K GEMV (?:configs from|in use|not used|not taken|off for|failed for|: )[^\n]*"
 
 
 def chosen(path):

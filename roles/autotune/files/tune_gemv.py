@@ -8,10 +8,11 @@ bytes for 4 or 8 warps, K split into the counts nearest 1, 2 and 4 programs an S
 per-tile counter - is timed on one token inside a CUDA graph over weight copies that leave the L2 cache behind, as
 a decode step reads them; vLLM's own one-token kernel (the patch off) is timed the same way. The fastest configs are
 timed again, and of those that pass the patch's own load check (within 2 % of vLLM's kernel on random weights,
-finite, the workspace left zero) the shape's entry is (choose): the patch's built-in config where it has one
-and vLLM's kernel does not beat it beyond the repeats' spread (keeps_built_in), even where a grid config was faster
-alone (served, those lost); else the fastest config that beats vLLM's kernel beyond the spread (gemv_pays); else
-none (the engine then keeps vLLM's kernel for that shape). The file is written whole at the end
+finite, the workspace left zero) the shape's entry is (choose): on a GPU of the built-in configs' SM count the
+patch's built-in config where it has one and vLLM's kernel does not beat it beyond the repeats' spread
+(keeps_built_in), even where a grid config was faster alone (served, those did not pay); else the fastest config
+that beats vLLM's kernel beyond the spread (gemv_pays); else none (the engine then keeps vLLM's kernel for that
+shape). The file is written whole at the end
 (gemv.json.part, then renamed); the engine reads it through GPUSERVE_GEMV_CONFIGS. An image whose vLLM lacks the
 patch gets a file that lists no shape, and says why.
 """
@@ -26,6 +27,9 @@ FORMAT = 1
 SCREEN = {"replays": 10, "repeats": 3}
 FINAL = {"replays": 20, "repeats": 5}
 FINALISTS = 4  # the fastest of the screen, timed again with FINAL
+# The SMs of the GPUs patch 0004's built-in configs were measured and served on (H200, and H100 SXM: 132): their K
+# splits follow from it. On another count a built-in config gets no preference (choose).
+BUILT_IN_SMS = 132
 
 
 def gemv_pays(gemv_us, vllm_us):
@@ -37,28 +41,29 @@ def gemv_pays(gemv_us, vllm_us):
 
 
 def keeps_built_in(built_in_us, vllm_us):
-    """Whether a shape whose tuned config does not pay keeps the patch's built-in config: unless vLLM's kernel beats
-    it beyond the spread. On an H200 the table that sent qkv back to vLLM's kernel because the built-in config
-    (18.34 us [18.27, 18.57]) did not beat it (18.40 [18.38, 18.59]) served slower than no table, twice: 153.1 and
-    153.0 tok/s against 154.5 and 154.1 (tests/gpu/h200-attention-gemv-2026-12-05/)."""
+    """Whether a shape keeps the patch's built-in config (choose): unless vLLM's kernel beats it beyond the spread.
+    On an H200 the table that sent qkv back to vLLM's kernel because the built-in config (18.34 us [18.27, 18.57])
+    did not beat it (18.40 [18.38, 18.59]) served slower than no table, twice: 153.1 and 153.0 tok/s against 154.5
+    and 154.1 (tests/gpu/h200-attention-gemv-2026-12-05/)."""
     return built_in_us is not None and not gemv_pays(vllm_us, built_in_us)
 
 
-def choose(final, vllm_us, built_in, passes_check):
+def choose(final, vllm_us, built_in, passes_check, sms=BUILT_IN_SMS):
     """(config, its timings, kept) for a shape, from the final timings [(us, config)] fastest first:
-    1. the patch's built-in config, where it passes the load check and vLLM's kernel does not beat it beyond the
-       spread (keeps_built_in) - even where a grid config was faster alone. Served, tables of such faster configs
-       lost to the built-in ones on both GPUs tried: 229.3-229.6 tok/s against 228.7-231.2 on an H100 at 24
-       layers, three starts each (tests/gpu/h100-gemv-table-2026-12-06/), whose tune had the grid 0.5-8 % faster
-       a call on three shapes; 153.0-153.1 against 154.1-154.5 on an H200 (tests/gpu/h200-attention-gemv-2026-12-05/).
-       A kernel timed alone does not see the step it runs in (the shared expert's GEMV beside the routed experts
-       on a second stream, the extra finishing kernel of an atomic sum);
+    1. on a GPU of the built-in configs' SM count, the patch's built-in config, where it passes the load check and
+       vLLM's kernel does not beat it beyond the spread (keeps_built_in), even where a grid config was faster
+       alone: on an H100 at 24 layers (tests/gpu/h100-gemv-table-2026-12-06/) a table of grid configs 0.5-8 %
+       faster a call on three shapes served slower than the built-in configs beyond the spread in two pairs of
+       starts (-0.8, -0.6 %) and within it in the third (+0.3 %). A kernel timed alone does not see the step it
+       runs in (the shared expert's GEMVs beside the routed experts on a second stream, the finishing kernel of an
+       atomic sum);
     2. else the fastest config that passes the check and beats vLLM's kernel beyond the spread (gemv_pays): a
-       shape the built-in configs do not cover (another model, another GPU count), or one where vLLM's kernel
-       beats the built-in config;
+       shape the built-in configs do not cover (another model, another GPU count), a GPU of another SM count, or
+       a shape where vLLM's kernel beats the built-in config;
     3. else none: vLLM's kernel."""
     timed_as = dict((tuple(c), t) for t, c in final)
-    if built_in and keeps_built_in(timed_as.get(tuple(built_in)), vllm_us) and passes_check(built_in):
+    if built_in and sms == BUILT_IN_SMS and keeps_built_in(timed_as.get(tuple(built_in)), vllm_us) \
+            and passes_check(built_in):
         return built_in, timed_as[tuple(built_in)], True
     for times, cfg in final:
         if cfg != built_in and gemv_pays(times, vllm_us) and passes_check(cfg):
@@ -213,7 +218,7 @@ def tune_shape(torch, fm, n, k, calls, sms, l2):
             return False
         return True
 
-    cfg, times, kept = choose(final, vllm_us, built_in, passes_check)
+    cfg, times, kept = choose(final, vllm_us, built_in, passes_check, sms)
     fastest = final[0] if final else None
     if fastest and fastest[1] != cfg:  # what the grid's fastest gave alone, beside what was written
         entry["fastest"] = {"config": list(fastest[1]), "us": fastest[0]}
