@@ -52,7 +52,7 @@ GLM-4.5-Air-FP8 declares it) gets the checkpoint an FP8 engine loads: every atte
 weight F8_E4M3 (zero, a hole) with its float32 `weight_scale_inv` per 128 x 128 block (ones), except the
 `ignored_layers` it names (dummy_hf keeps GLM-4.5-Air's dense MLP, 10944 wide, in bf16); the rest as above
 (embeddings, heads, norms, biases, router and eh_proj stay unquantised in such checkpoints and in vLLM). Half the
-bytes of bf16: GLM-4.5-Air's full depth, ~203 GiB in bf16, fits one 141 GB GPU as FP8, with the same design.
+bytes of bf16: GLM-4.5-Air's full depth, 205.8 GiB in bf16, is 105.4 GiB as FP8, which one 141 GB GPU holds.
 """
 
 from __future__ import absolute_import, division, print_function

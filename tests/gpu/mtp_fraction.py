@@ -12,7 +12,7 @@ bench_recipe_vs_defaults.py serves it) with llm_drafter mtp or off, and measured
     mtp:0.7:3    the same with num_speculative_tokens 3 (vLLM runs the one MTP layer three times)
 
 DESIGNED_LAYERS (2 unless set; 0: the preset's full depth, 46 + MTP) and DESIGNED_FP8=1 (the weights stage's 128 x 128
-block-FP8 quantization; the full depth in bf16, ~203 GiB, fits no GPU, in FP8 105.4 GiB fits one H200) shape the
+block-FP8 quantization; the full depth in bf16, 205.8 GiB, fits no GPU; in FP8, 105.4 GiB, one H200) shape the
 folder; DROP (as in bench_recipe_vs_defaults.py) takes flags out of the rendered command.
 
 Each arm: a vLLM process of its own; bench's prose decode rows at CONCURRENCY (1,4,16,40) with REPLY (256)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 37 item 8 (nvidia-h200; written 2026-12-06, not run that day: no H200 was lent): GLM-4.5-Air's text shape at
-# full depth (46 layers + the MTP layer) with dummy_hf_weights' hand-set weights in block FP8 (105.4 GiB: bf16, ~203
+# full depth (46 layers + the MTP layer) with dummy_hf_weights' hand-set weights in block FP8 (105.4 GiB: bf16, 205.8
 # GiB, fits no GPU), its MTP layer agreeing with its model on 60 % and 80 % of one-token drafts, served by the tuned
 # command (the recipe as templates/vllm.j2 renders it, patches/vllm/0004 applied by the image stage's applier) with
 # llm_drafter mtp, and with it off; one request, greedy prose of 256 tokens, 5 timed passes an arm. Does one request
