@@ -26,6 +26,9 @@
 #   4. flash-attn-2 at 1, 16, 40 (vLLM's choice, FLASH_ATTN: the baseline again on this lease)
 #   5. tune_gemv.py on the four one-GPU shapes (keeps_built_in), then tuned-triton at 1 (TRITON_ATTN + that table)
 #   6. triton-attn-3 at 1, 16, 40, as the deadline allows
+# PLAN=air on the start call (2026-12-06 on): after the profile, issue 37 item 8 at full depth (mtp_fraction.py's
+# arms off:0.6, mtp:0.8, mtp:0.6 on GLM-4.5-Air's block-FP8 hand-set weights, as ../h200-air-designed-2026-12-06/),
+# then 3, 4 and 6; not 5 (on an H200 the tuner now writes the built-in configs, so the table is them).
 # No GPU setting is changed. Every vLLM server runs in a process group of its own (guarded), ended by its id.
 set -uo pipefail
 # shellcheck source=tests/gpu/device_lib.sh
@@ -46,11 +49,20 @@ if [[ $MODE == drive ]]; then  # detached (setsid) by start
   step profile-triton 300 "$FIRST_LIMIT" env ADD="$TRITON" PHASES=graphs SAMPLING=greedy KEEP_TRACE=1 STEP_TOKENS=256 \
     WINDOW_S=0.5 HEALTH_TIMEOUT=$(( FIRST_LIMIT - 80 )) python3 /root/repo/tests/gpu/profile_step.py "$WORK/out/profile" \
     "$SITE"
+  if [[ ${PLAN:-} == air ]]; then  # since 2026-12-06: item 8 at full depth second (../h200-air-designed-2026-12-06/)
+    AIR_S=$(until_deadline)
+    (( AIR_S > 620 )) && AIR_S=620
+    step air-designed 560 "$AIR_S" env DESIGNED_LAYERS=0 DESIGNED_FP8=1 DROP=--kv-cache-memory-bytes CONCURRENCY=1 \
+      KINDS=prose REPEATS=5 BUDGET_S=$(( AIR_S - 40 )) ARM_MIN_S=200 \
+      python3 /root/repo/tests/gpu/mtp_fraction.py "$WORK/out" off:0.6,mtp:0.8,mtp:0.6 "$SITE"
+  fi
   ADD=$TRITON CONC=1,16,40 bench triton-attn-2 200 420
   CONC=1,16,40 bench flash-attn-2 200 420
-  step tune-tp1 120 300 env PYTHONPATH="$SITE" python3 "$TUNER" --out "$TABLE" --shape 14336x4096:46 \
-    --shape 4096x12288:46 --shape 2816x4096:45 --shape 4096x1408:45
-  [[ -f $TABLE ]] && ADD=$TRITON GPUSERVE_GEMV_CONFIGS=$TABLE CONC=1 bench tuned-triton 150 230
+  if [[ ${PLAN:-} != air ]]; then  # the tuner now writes the built-in configs on an H200: the table is them
+    step tune-tp1 120 300 env PYTHONPATH="$SITE" python3 "$TUNER" --out "$TABLE" --shape 14336x4096:46 \
+      --shape 4096x12288:46 --shape 2816x4096:45 --shape 4096x1408:45
+    [[ -f $TABLE ]] && ADD=$TRITON GPUSERVE_GEMV_CONFIGS=$TABLE CONC=1 bench tuned-triton 150 230
+  fi
   ADD=$TRITON CONC=1,16,40 bench triton-attn-3 200 420
   echo "== $(date -u +%T) driver done; $(until_deadline) s to the deadline"
   exit 0
