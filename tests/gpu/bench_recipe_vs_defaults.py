@@ -46,6 +46,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 from ansible_collections.gpuserve.llm.plugins.module_utils import bound, dummy_hf, dummy_hf_weights, engines  # noqa: E402
+import vllm_log  # noqa: E402  (beside this script)
 
 OUT, MODE = sys.argv[1], sys.argv[2]
 SITE = sys.argv[3] if len(sys.argv) > 3 and MODE != "report" else "/root/vllm/site"
@@ -179,9 +180,7 @@ def drop_flags(argv, flags):
 
 
 CHOSEN = {  # what vLLM chose, from its log: (pattern, what)
-    # vLLM's own choice ("Using FLASH_ATTN attention backend ..."), or the one --attention-backend named
-    # ("Using AttentionBackendEnum.TRITON_ATTN backend.")
-    "attention_backend": r"Using (?:AttentionBackendEnum\.)?(\w+) (?:attention )?backend[ .]",
+    "attention_backend": vllm_log.ATTENTION_BACKEND,
     "moe_backend": r"Using (\S+) Fp8 MoE backend",
     "cudagraph_mode": r"'cudagraph_mode': <CUDAGraphMode\.(\w+)",
     "cudagraph_capture_sizes": r"'cudagraph_capture_sizes': \[([^\]]*)\]",
@@ -199,8 +198,6 @@ CHOSEN = {  # what vLLM chose, from its log: (pattern, what)
     "sampler": r"(Using FlashInfer for top-p & top-k sampling|FlashInfer top-p/top-k sampling \S+[^.\n]*)",
     "deep_gemm_warmup": r"(DeepGemm\S* warmup[^\n]*?\d+/\d+[^\n]{0,40})",
 }
-# patch 0004's own lines: the tuned table read or refused, each shape's GEMV in use, not used or not taken
-GEMV_LINE = r"gpuserve\.llm split-K GEMV (?:configs from|in use|not used|not taken|off for|failed for|: )[^\n]*"
 
 
 def chosen(log_path):
@@ -214,7 +211,7 @@ def chosen(log_path):
         m = re.search(pattern, text)
         if m:
             out[key] = m.group(1)
-    gemv = list(dict.fromkeys(m.group(0).split("; scale strides")[0] for m in re.finditer(GEMV_LINE, text)))
+    gemv = vllm_log.gemv_lines(text)
     if gemv:
         out["gemv"] = gemv
     sizes = out.pop("cudagraph_capture_sizes", None)
@@ -562,8 +559,9 @@ def report(paths):
                   active / 1e9, ", ".join("%s %.2f" % (k, v / 1e9) for k, v in a["active"]["parts"].items()),
                   bw / 1e9, bw / active), "", "## What vLLM chose (its log)", "",
               "| | " + " | ".join(names) + " |", "|---|" + "---|" * len(runs)]
-    for key in ("fp8_linear_kernel", "attention_backend", "moe_backend", "moe_config", "sampler", "kv_cache_dtype", "cudagraph_mode", "cudagraph_sizes",
-                "max_num_batched_tokens", "kv_cache_memory", "kv_cache_tokens", "max_concurrency", "engine_init"):
+    for key in ("fp8_linear_kernel", "attention_backend", "moe_backend", "moe_config", "sampler", "kv_cache_dtype",
+                "cudagraph_mode", "cudagraph_sizes", "max_num_batched_tokens", "kv_cache_memory", "kv_cache_tokens",
+                "max_concurrency", "engine_init"):
         cells = " | ".join(str(r.get("chosen", {}).get(key, "-")) for r in runs)
         lines.append("| %s | %s |" % (key.replace("_", " "), cells))
     lines += ["", "## Decode", "", "Aggregate tok/s, median per-request tok/s, median TTFT; the warm-up pass's TTFT "

@@ -49,6 +49,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_hf, engines  # noqa: E402
 from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client, EndpointError, lines  # noqa: E402
+import vllm_log  # noqa: E402  (beside this script)
 
 OUT = sys.argv[1]
 SITE = sys.argv[2] if len(sys.argv) > 2 else "/root/vllm/site"
@@ -203,8 +204,7 @@ CHOSEN = {  # what vLLM chose, from its log
     "fp8_linear_kernel": r"Selected (\S+) for Fp8LinearMethod",
     "moe_backend": r"Using (\S+) Fp8 MoE backend",
     "moe_config": r"(Using configuration from \S+ for MoE layer|Using default MoE config)",
-    # vLLM's own choice, or the one --attention-backend named ("Using AttentionBackendEnum.TRITON_ATTN backend.")
-    "attention_backend": r"Using (?:AttentionBackendEnum\.)?(\w+) (?:attention )?backend[ .]",
+    "attention_backend": vllm_log.ATTENTION_BACKEND,
     "sampler": r"(Using FlashInfer for top-p & top-k sampling|FlashInfer top-p/top-k sampling \S+[^.\n]*)",
     "cudagraph_mode": r"'cudagraph_mode': <CUDAGraphMode\.(\w+)",
     "enforce_eager": r"enforce_eager=(\w+)",
@@ -212,15 +212,11 @@ CHOSEN = {  # what vLLM chose, from its log
 }
 
 
-# patch 0004's own lines: the tuned table read or refused, each shape's GEMV in use, not used or not taken
-GEMV_LINE = r"gpuserve\.llm split-K GEMV (?:configs from|in use|not used|not taken|off for|failed for|: )[^\n]*"
-
-
 def chosen(path):
     with open(path, errors="replace") as f:
         text = f.read()
     out = dict((k, m.group(1)) for k, m in ((k, re.search(p, text)) for k, p in CHOSEN.items()) if m)
-    gemv = list(dict.fromkeys(m.group(0).split("; scale strides")[0] for m in re.finditer(GEMV_LINE, text)))
+    gemv = vllm_log.gemv_lines(text)
     if gemv:
         out["gemv"] = gemv
     return out
