@@ -325,10 +325,19 @@ def _beyond_spread(old_range, new_range, higher):
     return "within", None
 
 
+def _verdict(spread, better):
+    """What the report says beside a change: None where it says nothing (no change, no spread known)."""
+    if spread == "within":
+        return "within the spread"
+    if better is None:
+        return None
+    return ("better" if better else "worse") + ("" if spread == "beyond" else "; no spread to judge by")
+
+
 def changes(previous_text, current):
     """The last report (its JSON text, "" when there is none) against this run's result:
     {"since": its time, "differs": [what else changed], "rows": [{endpoint, row, figure, unit, before, now,
-    change_pct, spread, better}]} for every figure both runs have, in this run's order; {"since": None, "note": why}
+    change_pct, spread, better, verdict}]} for every figure both runs have, in this run's order; {"since": None, "note": why}
     when there is nothing to compare. A change is better or worse only beyond the spread (the two runs' ranges of
     passes apart); within it, better is None; where a run timed one pass or kept no range, spread is "not known"
     and better follows the figure alone."""
@@ -362,7 +371,8 @@ def changes(previous_text, current):
             one_pass = min(int(old_row.get("repeats") or 2), int(row.get("repeats") or 2)) < 2  # a range of one
             judged = ("not known", None) if one_pass else _beyond_spread(
                 (old_row.get("range") or {}).get(figure), (row.get("range") or {}).get(figure), higher)
+            better = judged[1] if judged[0] != "not known" else (None if not pct else (pct > 0) == higher)
             rows.append({"endpoint": key[0], "row": key[2], "figure": figure, "unit": unit, "before": old, "now": new,
-                         "change_pct": pct, "spread": judged[0],
-                         "better": judged[1] if judged[0] != "not known" else (None if not pct else (pct > 0) == higher)})
+                         "change_pct": pct, "spread": judged[0], "better": better,
+                         "verdict": _verdict(judged[0], better)})
     return {"since": previous.get("time") or "time not recorded", "differs": differs, "rows": rows}
