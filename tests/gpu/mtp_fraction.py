@@ -37,6 +37,9 @@ from ansible_collections.gpuserve.llm.plugins.module_utils import dummy_hf_weigh
 OUT, ARMS = sys.argv[1], sys.argv[2].split(",")
 BUDGET_S = float(os.environ.get("BUDGET_S", "540"))
 ARM_MIN_S = float(os.environ.get("ARM_MIN_S", "150"))
+# The designed folder's depth (0: the preset's full depth) and whether its linears are block FP8 (docstring above)
+DESIGNED_LAYERS = int(os.environ.get("DESIGNED_LAYERS", "2"))
+DESIGNED_FP8 = os.environ.get("DESIGNED_FP8") == "1"
 T0 = time.time()
 
 
@@ -91,12 +94,8 @@ def arm(text, results):
     from ansible_collections.gpuserve.llm.plugins.module_utils.openai_client import Client
     name, drafter, agreement, k = parse_arm(text)
     reply = served.BENCH["reply_tokens"]
-    # DESIGNED_LAYERS (2 unless set; 0 = the preset's full depth) and DESIGNED_FP8=1 (the weights stage's block-FP8
-    # quantization: at full depth bf16 does not fit one GPU, FP8 does)
-    layers = int(os.environ.get("DESIGNED_LAYERS", "2")) or None
-    fp8 = served.load("roles/weights/defaults/main.yml")["weights_fp8_quantization"] \
-        if os.environ.get("DESIGNED_FP8") == "1" else None
-    config = served.write_folder(served.DESIGNED, layers, fp8)
+    fp8 = served.load("roles/weights/defaults/main.yml")["weights_fp8_quantization"] if DESIGNED_FP8 else None
+    config = served.write_folder(served.DESIGNED, DESIGNED_LAYERS or None, fp8)
     t = time.time()
     dummy_hf_weights.write(os.path.join(served.DESIGNED, "model.safetensors"), config, mtp_agreement=agreement,
                            mtp_reply_tokens=reply)
@@ -154,10 +153,9 @@ def arm(text, results):
 
 def folder_words():
     """What the designed folder is, as DESIGNED_LAYERS and DESIGNED_FP8 shape it (arm() writes it)."""
-    layers = int(os.environ.get("DESIGNED_LAYERS", "2"))
     return "GLM-4.5-Air's shapes %s + the MTP layer, %s" % (
-        "at full depth, 46 layers" if not layers else "cut to %d layers" % layers,
-        "128 x 128 block FP8" if os.environ.get("DESIGNED_FP8") == "1" else "bf16")
+        "cut to %d layers" % DESIGNED_LAYERS if DESIGNED_LAYERS else "at full depth, 46 layers",
+        "128 x 128 block FP8" if DESIGNED_FP8 else "bf16")
 
 
 def save(results):
