@@ -155,6 +155,17 @@ bench() {  # NAME NEED LIMIT: one server start of bench mode recipe-no-mtp (CONC
     "$WORK/out/vllm-$name.log" 2>/dev/null | cut -c1-400 | awk '!seen[$0]++' | tail -40
 }
 
+designed_mtp() {  # NAME NEED LIMIT LAYERS ARMS: mtp_fraction.py's ARMS on GLM-4.5-Air's hand-set block-FP8 weights at
+  # LAYERS (0: the full depth), served by the recipe's command without the KV cap; one request, greedy prose, 5 timed
+  # passes; the arms' budget the step's limit (at most the time to the deadline) less 45 s, no arm begun with < 200 s
+  local name=$1 need=$2 limit=$3 layers=$4 arms=$5 left_s
+  left_s=$(until_deadline)
+  (( limit > left_s )) && limit=$left_s
+  step "$name" "$need" "$limit" env DESIGNED_LAYERS="$layers" DESIGNED_FP8=1 DROP=--kv-cache-memory-bytes \
+    CONCURRENCY=1 KINDS=prose REPEATS=5 BUDGET_S=$(( limit - 45 )) ARM_MIN_S=200 \
+    python3 /root/repo/tests/gpu/mtp_fraction.py "$WORK/out" "$arms" "$SITE"
+}
+
 patch_on() {  # N: the image stage's applier on the unpacked bundle, its log as apply-series-N.log
   (cd /root && PYTHONPATH=$SITE python3 /root/repo/roles/image/files/apply_series.py --package vllm --version 0.26.0 \
     --dir "$PATCH_DIR" "$PATCH") > "$WORK/out/apply-series-$1.log" 2>&1

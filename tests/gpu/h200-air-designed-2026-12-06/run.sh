@@ -20,16 +20,13 @@ set -uo pipefail
 # shellcheck source=tests/gpu/device_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../device_lib.sh"
 device_args "$@"  # MODE, C, SELF, HERE, REPO, TAG, T0, WORK
-engine_env  # SITE, TARGET, PATCH_DIR, PATCH; patch_on is the library's
+engine_env  # SITE, TARGET, PATCH_DIR, PATCH; patch_on and designed_mtp are the library's
 
 if [[ $MODE == drive ]]; then  # detached (setsid) by start
   cd "$WORK" || exit 3
   echo "== $(date -u +%T) driver: $(until_deadline) s to the deadline; $(df -h /root | tail -1)"
   patch_on 1
-  LIMIT=$(until_deadline)
-  step air-designed 300 "$LIMIT" env DESIGNED_LAYERS=0 DESIGNED_FP8=1 DROP=--kv-cache-memory-bytes CONCURRENCY=1 \
-    KINDS=prose REPEATS=5 BUDGET_S=$(( LIMIT - 45 )) ARM_MIN_S=240 \
-    python3 /root/repo/tests/gpu/mtp_fraction.py "$WORK/out" off:0.6,mtp:0.8,mtp:0.6 "$SITE"
+  designed_mtp air-designed 300 "$(until_deadline)" 0 off:0.6,mtp:0.8,mtp:0.6
   echo "== $(date -u +%T) driver done; $(until_deadline) s to the deadline"
   exit 0
 fi

@@ -50,11 +50,7 @@ if [[ $MODE == drive ]]; then  # detached (setsid) by start
     WINDOW_S=0.5 HEALTH_TIMEOUT=$(( FIRST_LIMIT - 80 )) python3 /root/repo/tests/gpu/profile_step.py "$WORK/out/profile" \
     "$SITE"
   if [[ ${PLAN:-} == air ]]; then  # since 2026-12-06: item 8 at full depth second (../h200-air-designed-2026-12-06/)
-    AIR_S=$(until_deadline)
-    (( AIR_S > 620 )) && AIR_S=620
-    step air-designed 560 "$AIR_S" env DESIGNED_LAYERS=0 DESIGNED_FP8=1 DROP=--kv-cache-memory-bytes CONCURRENCY=1 \
-      KINDS=prose REPEATS=5 BUDGET_S=$(( AIR_S - 40 )) ARM_MIN_S=200 \
-      python3 /root/repo/tests/gpu/mtp_fraction.py "$WORK/out" off:0.6,mtp:0.8,mtp:0.6 "$SITE"
+    designed_mtp air-designed 560 620 0 off:0.6,mtp:0.8,mtp:0.6
   fi
   ADD=$TRITON CONC=1,16,40 bench triton-attn-2 200 420
   CONC=1,16,40 bench flash-attn-2 200 420
