@@ -151,7 +151,7 @@ bench() {  # NAME NEED LIMIT: one server start of bench mode recipe-no-mtp (CONC
     CONCURRENCY="${CONC:-1,16,40}" REPEATS=5 SIDE='' PREFILL='' REUSE=0 HEALTH_TIMEOUT=$(( limit - 90 )) \
     DROP=--kv-cache-memory-bytes TEMPERATURES=0 ADD="${ADD:-}" \
     python3 /root/repo/tests/gpu/bench_recipe_vs_defaults.py "$WORK/out" recipe-no-mtp "$SITE" || return 1
-  grep -h "Selected .* for Fp8LinearMethod\|gpuserve.llm\|[Bb]ackend\|Graph capturing finished\|init engine\|KV cache\|Traceback\|Error" \
+  grep -h "Selected .* for Fp8LinearMethod\|gpuserve.llm\|[Bb]ackend\|Graph capturing finished\|Asynchronous scheduling\|init engine\|KV cache\|Traceback\|Error" \
     "$WORK/out/vllm-$name.log" 2>/dev/null | cut -c1-400 | awk '!seen[$0]++' | tail -40
 }
 
