@@ -186,6 +186,7 @@ CHOSEN = {  # what vLLM chose, from its log: (pattern, what)
     "cudagraph_capture_sizes": r"'cudagraph_capture_sizes': \[([^\]]*)\]",
     "max_num_batched_tokens": r"max_num_batched_tokens=(\d+)",
     "async_scheduling": r"Asynchronous scheduling is (\w+)\.",
+    "max_num_seqs": r"'max_num_seqs': (\d+)",
     "kv_cache_dtype": r"kv_cache_dtype=(\w+)",
     "kv_cache_memory": r"Available KV cache memory: ([\d.]+ GiB)",
     "kv_cache_tokens": r"GPU KV cache size: ([\d,]+) tokens",
