@@ -623,6 +623,11 @@ def _check_vrrp(values, groups, routers, findings, refused=()):
     elif address == vip:
         findings.append(_bad("E_CONFIG", "router_vip", values.pop("router_vip"),
                              "an address no host holds (it is this host's router_vrrp_address)"))
+    docker_host = values.get("llm_docker_host")
+    if docker_host and not docker_host.startswith(("unix://", "tcp://")):
+        findings.append(_bad("E_CONFIG", "llm_docker_host", values.pop("llm_docker_host"),
+                             "unix:// or tcp:// (plain HTTP) on a router host with router_vip: keepalived's check "
+                             "asks that Docker daemon itself, three times a second"))
     interface = values.get("router_vrrp_interface")
     if interface and not INTERFACE.match(interface):
         findings.append(_bad("E_CONFIG", "router_vrrp_interface", values.pop("router_vrrp_interface"),

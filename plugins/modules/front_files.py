@@ -66,6 +66,13 @@ options:
     type: list
     elements: path
     default: []
+  served_file:
+    description:
+      - A file, relative to O(folder), where the caller records RV(digest) once the front serves these files (after
+        a reload nginx took, or a start). RV(unserved) says whether it records another digest or none, so that a
+        caller whose reload was refused reloads again on its next run, although the files are written already.
+      - Read only; the module never writes it.
+    type: path
 """
 
 EXAMPLES = r"""
@@ -92,6 +99,14 @@ removed:
   elements: str
 folder_changed:
   description: Whether the folder was made or its mode set.
+  returned: success
+  type: bool
+digest:
+  description: SHA-256 of the files as given (each path, mode and content) and the files named absent.
+  returned: success
+  type: str
+unserved:
+  description: Whether O(served_file) holds another digest than RV(digest), or is missing (false without O(served_file)).
   returned: success
   type: bool
 finding:
@@ -144,6 +159,7 @@ def main():
                 mode=dict(type="str", default="0644"),
             ), mutually_exclusive=[("content", "secret_content")], required_one_of=[("content", "secret_content")]),
             absent=dict(type="list", elements="path", default=[]),
+            served_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -162,11 +178,13 @@ def main():
 
     folder_changed = not os.path.isdir(folder) or stat.S_IMODE(os.stat(folder).st_mode) != folder_mode
     plan, diffs = [], []
+    digest = hashlib.sha256()
     for item in p["files"]:
         path = where(item["path"])
         secret = item["secret_content"] is not None
         text = item["secret_content"] if secret else item["content"]
         data, mode = text.encode("utf-8"), octal(module, "mode of %s" % path, item["mode"], shown)
+        digest.update(("%s\0%04o\0%s\0" % (path, mode, hashlib.sha256(data).hexdigest())).encode("utf-8"))
         before, before_mode = current(path)
         if before == data and before_mode == mode:
             continue
@@ -178,13 +196,17 @@ def main():
                 before=SECRET_NOT_SHOWN if secret and before is not None else
                 ("" if before is None else before.decode("utf-8", "replace")),
                 after=SECRET_NOT_SHOWN if secret else text))
+    digest.update(("absent\0%s" % "\0".join(where(path) for path in p["absent"])).encode("utf-8"))
+    digest = digest.hexdigest()
+    served = current(where(p["served_file"]))[0] if p["served_file"] else digest.encode("ascii")
     gone = [where(path) for path in p["absent"] if os.path.lexists(where(path))]
     for path in gone:
         if module._diff:
             diffs.append(dict(before_header=path, after_header="%s (removed)" % path, before="(there)\n", after=""))
 
     result = dict(shown, changed=bool(folder_changed or plan or gone), folder_changed=folder_changed,
-                  written=[step[0] for step in plan], removed=gone)
+                  written=[step[0] for step in plan], removed=gone, digest=digest,
+                  unserved=(served or b"").strip() != digest.encode("ascii"))
     if diffs:
         result["diff"] = diffs
     if not module.check_mode:

@@ -310,6 +310,57 @@ class DroppingUpstream(threading.Thread):
         conn.close()
 
 
+class GetOnlyRoutes(BaseHTTPRequestHandler):
+    """An engine's GET routes as FastAPI declares them (vLLM, SGLang): HEAD is 405. Records (method, path)."""
+    seen = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.seen.append(("GET", self.path))
+        body = b'{"object": "list", "data": [{"id": "tiny", "object": "model"}]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_HEAD(self):  # noqa: N802
+        self.seen.append(("HEAD", self.path))
+        self.send_response(405)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_head_on_a_get_route_is_answered_through_the_front_as_the_engine_answers_get(docker_host, tmp_path):
+    """The front allows HEAD where it allows GET (/v1/models, /health): it asks the engine with GET and gives the
+    client the headers alone, since vLLM's and SGLang's routes answer HEAD with 405."""
+    from front_alone import CLIENTS, Front
+    from ansible_collections.gpuserve.llm.plugins.module_utils import engines
+    server = ThreadingHTTPServer(("127.0.0.1", 0), GetOnlyRoutes)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    front = Front(docker_host, "gpuserve-test-head-front", 18116, "127.0.0.1:%d" % server.server_address[1],
+                  str(tmp_path / "front"), upstream_key=API_KEY, front_routes=engines.PROFILES["vllm"]["front_routes"],
+                  front_media=engines.PROFILES["vllm"]["media_per_request"])
+    try:
+        del GetOnlyRoutes.seen[:]
+        answers = []
+        for path in ("/v1/models", "/health"):
+            request = urllib.request.Request(front.url + path, method="HEAD",
+                                             headers={"Authorization": "Bearer " + CLIENTS["alice"]})
+            with urllib.request.urlopen(request, timeout=30) as r:
+                answers.append((path, r.status, r.headers.get("Content-Type"), r.read()))
+        assert answers == [("/v1/models", 200, "application/json", b""), ("/health", 200, "application/json", b"")], \
+            (answers, front.logs()[-2000:])
+        assert get(front.url + "/v1/models", CLIENTS["alice"])["data"][0]["id"] == "tiny"
+        assert GetOnlyRoutes.seen == [("GET", "/v1/models"), ("GET", "/health"), ("GET", "/v1/models")], \
+            GetOnlyRoutes.seen
+    finally:
+        front.stop()
+        server.shutdown()
+
+
 def test_a_post_on_a_kept_connection_the_engine_drops_is_sent_again_not_a_503(docker_host, tmp_path):
     """The front (roles/front's configuration, nginx from the Debian root, one worker so that the kept connection
     is the one reused) before an upstream that drops a kept connection under a POST: the client gets the reply,

@@ -287,6 +287,8 @@ def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_
         deep = b"[" * 40 + b"]" * 40  # njs reads 32 levels
         for body, says in ((b"{\"messages\": [", "the request body is not JSON"), (b"", "the request has no body"),
                            (b'{"messages": [{"role": "user", "content": [{"type": "image_url", "x": %s}]}]}' % deep,
+                            "nests JSON deeper than this front reads"),
+                           (b'{"messages": [{"role": "user", "content": [{"type": "input_audio", "x": %s}]}]}' % deep,
                             "nests JSON deeper than this front reads")):
             request = urllib.request.Request(front.url + "/v1/chat/completions", data=body, method="POST", headers={
                 "Authorization": "Bearer " + CLIENTS["alice"], "Content-Type": "application/json"})

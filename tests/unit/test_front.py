@@ -44,10 +44,20 @@ def test_only_the_engines_openai_routes_and_health_are_forwarded_each_to_its_own
     assert "proxy_buffering off;" in found["@upstream"] and "proxy_set_header Authorization $gpuserve_upstream_auth;" in \
         found["@upstream"]
     assert "return 404" in found["/"] and "proxy_pass" not in found["/"]
+    # HEAD where GET is allowed goes on as GET (FastAPI's GET routes answer HEAD 405); a POST goes on as a POST.
+    assert ["proxy_method GET;" in found[n] for n in ("= /health", "= /v1/models", "@upstream")] == [True, True, False]
     assert "POST" in found["= /v1/chat/completions"] and "return 405" in found["= /v1/chat/completions"]
     # llama-server 0.7.0 serves no Responses API: its front does not forward one.
     assert "= /v1/responses" not in locations(render(front_routes=engines.PROFILES["llamacpp"]["front_routes"]))
     assert "set $gpuserve_path /readiness;" in locations(render(front_health_path="/readiness"))["= /health"]
+
+
+def test_a_front_on_all_addresses_of_both_families_takes_ipv4_too():
+    # router_bind or llm_host "::": nginx listens on IPv6 alone there unless told, and router_vip is IPv4.
+    for tls in (False, True):
+        assert "listen [::]:8000 ipv6only=off%s;" % (" ssl" if tls else "") in render(front_listen="[::]:8000", llm_tls=tls)
+        assert "listen 0.0.0.0:8000%s;" % (" ssl" if tls else "") in render(front_listen="0.0.0.0:8000", llm_tls=tls)
+    assert "listen [fd00::5]:8000;" in render(front_listen="[fd00::5]:8000")
 
 
 def test_the_body_check_gets_the_item_cap_and_the_engines_media_counts():
@@ -259,3 +269,29 @@ def test_a_file_that_cannot_be_written_is_e_front_naming_it_and_a_bad_mode_is_e_
     text, bad = front_files(tmp_path, folder=str(folder), files=[{"path": "a", "content": "x\n", "mode": "rw"}])
     assert bad["failed"] and bad["msg"] == "E_CONFIG: mode of %s is 'rw'; allowed: an octal mode such as 0644" % (
         folder / "a"), bad
+
+
+def test_files_written_but_not_served_yet_are_unserved_until_their_digest_is_recorded(tmp_path):
+    # A reload nginx refused leaves the files written: the next run must still reload (roles/front records the
+    # digest in served.sha256 only once nginx serves them).
+    folder = tmp_path / "f"
+    files = [{"path": "front.conf", "content": "a\n", "mode": "0600"},
+             {"path": "front.key", "secret_content": KEY, "mode": "0600"}]
+    text, first = front_files(tmp_path, folder=str(folder), files=files, served_file="served.sha256")
+    assert first["changed"] and first["unserved"] and len(first["digest"]) == 64, first
+    text, again = front_files(tmp_path, folder=str(folder), files=files, served_file="served.sha256")
+    assert not again["changed"] and again["unserved"] and again["digest"] == first["digest"], again
+    (folder / "served.sha256").write_text(first["digest"] + "\n")
+    text, served = front_files(tmp_path, folder=str(folder), files=files, served_file="served.sha256")
+    assert not served["changed"] and not served["unserved"], served
+    # Another key, mode or file given or taken away is another digest: unserved again.
+    for other in ([dict(files[0]), {"path": "front.key", "secret_content": KEY + "x", "mode": "0600"}],
+                  [dict(files[0], mode="0644"), files[1]], files[:1]):
+        text, changed = front_files(tmp_path, check=True, folder=str(folder), files=other, served_file="served.sha256")
+        assert changed["unserved"] and changed["digest"] != first["digest"], (other, changed)
+    text, gone = front_files(tmp_path, check=True, folder=str(folder), files=files, absent=["front.crt"],
+                             served_file="served.sha256")
+    assert gone["unserved"] and not gone["changed"], gone
+    # Without served_file nothing is unserved; the digest shows nothing of the key.
+    text, plain = front_files(tmp_path, folder=str(folder), files=files)
+    assert not plain["unserved"] and plain["digest"] == first["digest"] and "k3yM4terial" not in text, plain

@@ -109,6 +109,8 @@ def test_two_router_hosts_need_one_address_of_their_own():
     assert _vrrp(["gpu1"]) == []  # one router: its host's own address
     assert _vrrp(["gpu1", "gpu2"], groups=["llm_hosts"]) == []  # judged on the router hosts
     assert _vrrp(["gpu1", "gpu2"], router_vip="10.0.0.100") == []
+    assert _vrrp(["gpu1", "gpu2"], router_vip="10.0.0.100", llm_docker_host="tcp://127.0.0.1:2375") == []
+    assert _vrrp(["gpu1"], llm_docker_host="ssh://root@gpu1") == []  # no router_vip: the check is not there
     # A play without the router role (the weights stage): its settings are judged where they are in scope.
     assert _vrrp(["gpu1", "gpu2"], router_vip="10.0.0.100", address=None) == []
 
@@ -122,6 +124,7 @@ def test_two_router_hosts_need_one_address_of_their_own():
     (dict(router_vip="10.0.0.100", router_vrrp_interface="eth0; reboot"), "router_vrrp_interface", "interface"),
     (dict(router_vip="10.0.0.100", router_vrrp_id=256), "router_vrrp_id", "1 to 255"),
     (dict(router_vip="10.0.0.100", router_vrrp_advert_secs=0), "router_vrrp_advert_secs", "0.01"),
+    (dict(router_vip="10.0.0.100", llm_docker_host="ssh://root@gpu1"), "llm_docker_host", "unix:// or tcp://"),
 ])
 def test_the_shared_address_settings_are_refused_in_words(settings, subject, allowed):
     [found] = _vrrp(["gpu1", "gpu2"], **settings)
@@ -540,6 +543,16 @@ def test_while_the_plays_replace_the_router_the_check_does_not_start_the_old_one
     assert check(state)[0] == 1
     assert not (state / "started.log").exists()  # the plays start the new one
     assert json.loads((state / "workers.json").read_text()) == {"replacing": "2026-12-03T10:00:00Z"}
+    # A run that marked the replacement and ended before it started the new router (interrupted, failed): once
+    # the mark is older than mark_secs the check starts the router there again, as for any router that stopped.
+    config = json.loads((state / "check.json").read_text())
+    (state / "check.json").write_text(json.dumps(dict(config, mark_secs=60)))
+    assert check(state)[0] == 1 and not (state / "started.log").exists()  # a fresh mark is still waited for
+    os.utime(str(state / "workers.json"), (time.time() - 120, time.time() - 120))
+    code, said = check(state)
+    assert code == 1 and "a run ended before it started one" in said, said
+    assert (state / "started.log").read_text().split() == ["gpuserve-router"], said
+    assert json.loads((state / "workers.json").read_text()) == {}  # said once, not each second
 
 
 def test_a_router_host_that_returns_serves_the_workers_its_peer_serves_not_only_those_it_recorded(host):

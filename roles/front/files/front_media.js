@@ -301,7 +301,7 @@ function check(r) {
         }
         // njs reads JSON 32 levels deep; a deeper body (a deep tool or output schema) goes on unread when it
         // can carry no media: shorter than one item, and no media word, spelt out or escaped.
-        if (text.length <= cap && !/image|video|multimodal|\\u/i.test(text)) {
+        if (text.length <= cap && !/image|video|audio|multimodal|\\u/i.test(text)) {
             return r.internalRedirect('@upstream');
         }
         return refuse(r, 'the request body nests JSON deeper than this front reads (njs: ' + why.slice(0, 80) + ')');

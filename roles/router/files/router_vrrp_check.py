@@ -48,6 +48,8 @@ import urllib.parse
 CONNECT_TIMEOUT = 0.5
 HEALTH_TIMEOUT = 5  # a noted worker that takes connections again: its /health, before it is put back
 PEERS = b"gpuserve.llm router peers"  # the HMAC's message, as in the front's front_auth.js
+# A mark of the plays' replacing the router older than this is a run that ended before it started the new one.
+MARK_SECS = 900
 DOUBTS = 3  # checks in a row that cannot tell before the address is given up (about 3 s at one a second)
 LOG_BYTES = 1 << 20  # check.log is moved to check.log.1 beyond this
 LOG = {"path": None}
@@ -454,6 +456,12 @@ def check(config):
     record_path = os.path.join(state, "workers.json")
     recorded = read_json(record_path, None)
     replacing = bool(recorded) and "replacing" in recorded  # the plays are starting a new router container
+    if replacing and time.time() - os.path.getmtime(record_path) > config.get("mark_secs", MARK_SECS):
+        # a run that marked a replacement and ended before it started one: this check starts what is there again
+        say("the plays' mark of a router being replaced is older than %d s: a run ended before it started one; "
+            "the router is started here again" % config.get("mark_secs", MARK_SECS))
+        write_json(record_path, {})
+        replacing, recorded = False, None
     since = {}  # each container asked once a check
     for name in config["containers"]:
         if replacing and name == config["router"]:
