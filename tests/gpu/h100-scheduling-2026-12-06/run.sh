@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The device calls of 2026-12-06, third session (nvidia-h100-x1, issue 37 item 2): the candidates not yet served at
 # 1, 16 and 40 requests, each against the recipe's command in alternating starts on one lease: asynchronous
-# scheduling off (vLLM 0.26.0 turns it on by default) and --max-num-seqs 16 in place of the recipe's 40. Neither
-# changes vLLM's torch.compile hash (its scheduler factor is max_num_batched_tokens alone; the capture sizes are
-# pinned by the recipe's max_cudagraph_capture_size), so every start reuses the carried caches.
+# scheduling off (vLLM 0.26.0 turns it on by default) and --max-num-seqs 16 in place of the recipe's 40. Expected
+# here: neither changes vLLM's torch.compile hash (its scheduler factor is max_num_batched_tokens alone; the capture
+# sizes are pinned by the recipe's max_cudagraph_capture_size). Seen: --max-num-seqs 16 did not, async scheduling
+# off did (a cache folder of its own; its first start compiled the graph in 6.35 s) - report.md.
 # No H200 was lent for seven sessions, so this is an H100 at the depth that fits it, as ../h100-half-depth-2026-12-06/:
 # GLM-4.6V-FP8's text shape at 24 of its 46 layers, random weights, the recipe's command as templates/vllm.j2 renders
 # it (vLLM's own attention choice), MTP off, without the 60 GiB KV cap; vLLM 0.26.0 with
