@@ -893,7 +893,7 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # A reload that could not run (the front paused: Docker refuses the exec) is E_FRONT in words, and the next run
     # reloads although the files are written already: the keys of the failed run are served, not the workers' before.
     old_keys = ["--limit", good, "--tags", "front", "-e", "@" + str(tmp_path / "keys-ci-old.yml")]
-    sh(docker_host, good, "docker pause gpuserve-llm-front")
+    assert sh(docker_host, good, "docker pause gpuserve-llm-front").returncode == 0
     try:
         paused = fleet.run(*old_keys)
     finally:
