@@ -1020,6 +1020,9 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     # FAULT at once, so one of them could hold router_vip throughout.
     said = routers.since(checked)
     assert faults_at_once(dict((h, said.get(h, [])) for h in routers.hosts)) == [], said
+    measured("router_policy changed, both routers replaced in turns; keepalived's states: %s" % dict(
+        (h, [line.replace("keepalived: this host is ", "").replace(" now", "") for line in said.get(h, [])
+             if " keepalived: this host is " in line]) for h in routers.hosts))
     # The SSH hosts have no sysfs device for the replayed GPU: the IOMMU check says it was not made.
     assert policy.codes(badkey) == ["E_GPU_MEMORY", "W_CHECK_SKIPPED"], policy
     assert policy.says("the IOMMU check (W_IOMMU) was not made on GPU"), policy
