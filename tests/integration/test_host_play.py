@@ -1016,13 +1016,17 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     checked = routers.log()
     policy = inventory(preflight_min_free_mib=10 ** 9).run("-e", "router_policy=cache_aware", *one_batch)
     assert policy.rc != 0 and policy.recap[badkey]["failed"] == 1, policy
-    # Both routers are replaced for the new policy, one router host after the other: keepalived never had both in
-    # FAULT at once, so one of them could hold router_vip throughout.
+    # Both routers are replaced for the new policy, one router host after the other: each router host's start is a
+    # task of its own turn (in parallel both would be under one header), and keepalived never had both in FAULT at
+    # once, so one of them could hold router_vip throughout.
+    turns = [[h for h in routers.hosts if re.search(r"changed: \[%s[] ]" % re.escape(h), body)] for body in re.findall(
+        r"(?ms)^TASK \[gpuserve\.llm\.router : Start the router[^\n]*\n(.*?)(?=^TASK \[|^PLAY |\Z)", policy.output)]
+    assert sorted(turns) == sorted([h] for h in routers.hosts), turns
     said = routers.since(checked)
     assert faults_at_once(dict((h, said.get(h, [])) for h in routers.hosts)) == [], said
-    measured("router_policy changed, both routers replaced in turns; keepalived's states: %s" % dict(
-        (h, [line.replace("keepalived: this host is ", "").replace(" now", "") for line in said.get(h, [])
-             if " keepalived: this host is " in line]) for h in routers.hosts))
+    measured("router_policy changed: the routers replaced in turns %s; keepalived's states meanwhile: %s" % (
+        turns, dict((h, [line.replace("keepalived: this host is ", "").replace(" now", "") for line in said.get(h, [])
+                         if " keepalived: this host is " in line]) for h in routers.hosts)))
     # The SSH hosts have no sysfs device for the replayed GPU: the IOMMU check says it was not made.
     assert policy.codes(badkey) == ["E_GPU_MEMORY", "W_CHECK_SKIPPED"], policy
     assert policy.says("the IOMMU check (W_IOMMU) was not made on GPU"), policy
