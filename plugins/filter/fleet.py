@@ -13,6 +13,7 @@ __metaclass__ = type
 # variables are read once, so a play builds the result once (run_once) and every host reads its own entry.
 
 import json
+import re
 
 from collections.abc import Mapping
 
@@ -89,6 +90,46 @@ def peers_by_key(hostvars, hosts, attribute, only=None):
     return groups
 
 
+def _previous_groups(previous):
+    """The groups of the targets file as it was, by (job, host); [] for no file, another format or text that
+    is not JSON (the file is rewritten whole either way)."""
+    try:
+        groups = json.loads(previous or "[]")
+    except ValueError:
+        return {}
+    found = {}
+    for group in groups if isinstance(groups, list) else []:
+        labels = group.get("labels") if isinstance(group, Mapping) else None
+        if isinstance(labels, Mapping) and labels.get("gpuserve_host") and isinstance(group.get("targets"), list):
+            found[(labels.get("job"), labels["gpuserve_host"])] = group
+    return found
+
+
+def prometheus_targets(hostvars, engines, routers, previous=""):
+    """The file_sd groups of reports/prometheus-targets.json, one a host and job, labelled with the host's name.
+    A host that noted its address in this run (llm_fleet_url, router_metrics_target) has it; one that did not
+    (left out by --limit, failed before it) keeps its group of the file as it was; a host no longer in the
+    inventory's group is dropped."""
+    before = _previous_groups(previous)
+    out = []
+    for job, hosts, attribute in (("gpuserve-engines", engines, "llm_fleet_url"),
+                                  ("gpuserve-router", routers, "router_metrics_target")):
+        for host in dict.fromkeys(hosts or []):
+            variables = _host_vars(hostvars, host)
+            address = _MISSING if variables is None else _value(variables, attribute)
+            if address is _MISSING:
+                if (job, host) in before:
+                    out.append(before[(job, host)])
+                continue
+            labels = {"job": job, "gpuserve_host": host}
+            if job == "gpuserve-engines":
+                address = re.sub(r"^https?://", "", address)
+                labels["gpuserve_api_key"] = "required" if _value(variables, "llm_api_key") not in (_MISSING, "", None) else "none"
+            out.append({"targets": [address], "labels": labels})
+    return out
+
+
 class FilterModule(object):
     def filters(self):
-        return {"peers_by_key": peers_by_key, "values_by_host": values_by_host}
+        return {"peers_by_key": peers_by_key, "prometheus_targets": prometheus_targets,
+                "values_by_host": values_by_host}

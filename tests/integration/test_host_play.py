@@ -214,6 +214,17 @@ def bare_hosts(docker_host, tmp_path_factory, host_networks):
         yield hosts
 
 
+CAPABILITIES = {0: "CHOWN", 1: "DAC_OVERRIDE", 2: "DAC_READ_SEARCH", 3: "FOWNER", 4: "FSETID", 5: "KILL", 6: "SETGID",
+                7: "SETUID", 8: "SETPCAP", 10: "NET_BIND_SERVICE", 12: "NET_ADMIN", 13: "NET_RAW", 18: "SYS_CHROOT",
+                21: "SYS_ADMIN", 27: "MKNOD", 29: "AUDIT_WRITE", 31: "SETFCAP"}
+
+
+def capabilities(status, field):
+    """The named capabilities of a /proc/PID/status capability field (CapEff, CapBnd)."""
+    mask = int(re.search(r"^%s:\s+([0-9a-f]+)$" % field, status, re.M).group(1), 16)
+    return set(CAPABILITIES.get(bit, str(bit)) for bit in range(64) if mask >> bit & 1)
+
+
 def sh(docker_host, host, command):
     return docker(docker_host, "exec", host, "sh", "-c", command, check=False)
 
@@ -812,6 +823,17 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert call("GET", front + "/list_workers")[0] == 404
     assert routers.workers() == sorted(engines.values())
     assert call("GET", front + "/health")[0] == 200
+    # The router and the fronts on the host's network hold none of Docker's default capabilities they do not need:
+    # no raw socket there (NET_RAW), and nothing an exec'd program gains (no_new_privs).
+    raw = sh(docker_host, good, "docker exec gpuserve-router python3 -c 'import socket; "
+                                "socket.socket(socket.AF_PACKET, socket.SOCK_RAW)'")
+    assert raw.returncode != 0 and "Operation not permitted" in raw.stdout, raw
+    for container, wanted in (("gpuserve-router", {"NET_BIND_SERVICE"}),
+                              ("gpuserve-router-front", {"CHOWN", "KILL", "NET_BIND_SERVICE", "SETGID", "SETUID"}),
+                              ("gpuserve-llm-front", {"CHOWN", "KILL", "NET_BIND_SERVICE", "SETGID", "SETUID"})):
+        status = sh(docker_host, good, "docker exec %s cat /proc/1/status" % container).stdout
+        assert capabilities(status, "CapEff") == capabilities(status, "CapBnd") == wanted, (container, status)
+        assert re.search(r"^NoNewPrivs:\s+1$", status, re.M), (container, status)
 
     # The generated requests, through good's front and the fleet's, with a valid client key: judged by what
     # arrived - the router's own counters and workers, the engines' counters, the fronts' upstream logs.
@@ -940,9 +962,16 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         vip, one, change) in fleet_md, fleet_md
     assert "| prose x3 |" not in fleet_md.split("## Before and after")[1]  # not in the last report: not compared
 
-    targets = json.loads((tmp_path / "reports" / "prometheus-targets.json").read_text())
-    assert sorted(targets[0]["targets"]) == sorted(u[len("http://"):] for u in engines.values()), targets
-    assert targets[1]["targets"] == ["127.0.0.1:%d" % ROUTER_METRICS] * 2, targets
+    targets_file = tmp_path / "reports" / "prometheus-targets.json"
+    targets = dict(((g["labels"]["job"], g["labels"]["gpuserve_host"]), g["targets"])
+                   for g in json.loads(targets_file.read_text()))
+    assert targets == dict([(("gpuserve-engines", n), [u[len("http://"):]]) for n, u in engines.items()]
+                           + [(("gpuserve-router", n), ["127.0.0.1:%d" % ROUTER_METRICS]) for n in routers.hosts]), targets
+    # The router stage on one router host keeps the targets of the hosts it did not reach.
+    written = targets_file.read_text()
+    one_router = fleet.run("--limit", good, "--tags", "router")
+    assert one_router.rc == 0 and one_router.recap[good]["changed"] == 0, one_router
+    assert targets_file.read_text() == written
     assert "vllm_router_" in routers.call("GET", ROUTER_METRICS, "/metrics")[1]
 
     # A rerun changes nothing on any host (as users run it: the default batches); --check says nothing would change.

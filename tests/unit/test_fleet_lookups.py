@@ -12,7 +12,7 @@ import pytest
 import yaml
 from jinja2 import Undefined
 
-from ansible_collections.gpuserve.llm.plugins.filter.fleet import values_by_host, peers_by_key
+from ansible_collections.gpuserve.llm.plugins.filter.fleet import peers_by_key, prometheus_targets, values_by_host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -58,6 +58,42 @@ def test_values_by_host_keeps_the_hosts_that_have_the_variable():
     assert values_by_host(FLEET, ["hub2", "burnin"], "autotune_plan.ready") == {"hub2": True}
     assert list(values_by_host(FLEET, ["hub2", "hub1"], "weights_repos_key")) == ["hub2", "hub1"]
 
+
+
+def _groups(targets):
+    return {(g["labels"]["job"], g["labels"]["gpuserve_host"]): g for g in targets}
+
+
+def test_prometheus_targets_a_limited_run_keeps_the_hosts_it_left_out_and_drops_those_gone_from_the_inventory():
+    full = {"gpu1": {"llm_fleet_url": "http://10.0.0.1:18020", "llm_api_key": "k"},
+            "gpu2": {"llm_fleet_url": "https://10.0.0.2:18020", "llm_api_key": ""},
+            "gpu3": {"llm_fleet_url": "http://10.0.0.3:18020"},
+            "r1": {"router_metrics_target": "10.0.0.9:29000"}}
+    first = prometheus_targets(full, ["gpu1", "gpu2", "gpu3"], ["r1"], "")
+    assert first[0] == {"targets": ["10.0.0.1:18020"],
+                        "labels": {"job": "gpuserve-engines", "gpuserve_host": "gpu1", "gpuserve_api_key": "required"}}
+    assert _groups(first)[("gpuserve-engines", "gpu2")]["targets"] == ["10.0.0.2:18020"]
+    assert _groups(first)[("gpuserve-engines", "gpu2")]["labels"]["gpuserve_api_key"] == "none"
+    assert _groups(first)[("gpuserve-router", "r1")] == {"targets": ["10.0.0.9:29000"],
+                                                         "labels": {"job": "gpuserve-router", "gpuserve_host": "r1"}}
+    # --limit gpu2,r1: gpu2 moved its port; gpu1 and gpu3 noted nothing this run and keep their groups; gpu3 has
+    # left the inventory and is dropped.
+    limited = {"gpu1": {"llm_api_key": "k"}, "gpu2": {"llm_fleet_url": "http://10.0.0.2:18021"},
+               "r1": {"router_metrics_target": "10.0.0.9:29000"}}
+    again = prometheus_targets(limited, ["gpu1", "gpu2"], ["r1"], json.dumps(first))
+    assert [g["labels"]["gpuserve_host"] for g in again] == ["gpu1", "gpu2", "r1"]
+    assert _groups(again)[("gpuserve-engines", "gpu1")] == first[0]
+    assert _groups(again)[("gpuserve-engines", "gpu2")]["targets"] == ["10.0.0.2:18021"]
+    # A router host that is also an engine host has a group for each job; a router the run left out keeps its own.
+    both = prometheus_targets({"h": {"llm_fleet_url": "http://h:1"}}, ["h"], ["h", "r1"], json.dumps(first))
+    assert sorted(_groups(both)) == [("gpuserve-engines", "h"), ("gpuserve-router", "r1")]
+
+
+@pytest.mark.parametrize("previous", ["", "not json", "{}", '[{"targets": ["a:1", "b:2"], "labels": {"job": "x"}}]',
+                                      '[{"targets": "a:1", "labels": {"gpuserve_host": "gpu1"}}]', "[3]"])
+def test_prometheus_targets_a_file_of_another_format_is_rewritten_from_this_run_alone(previous):
+    assert prometheus_targets({"gpu1": {}, "gpu2": {"llm_fleet_url": "http://b:2"}}, ["gpu1", "gpu2"], [], previous) == [
+        {"targets": ["b:2"], "labels": {"job": "gpuserve-engines", "gpuserve_host": "gpu2", "gpuserve_api_key": "none"}}]
 
 @pytest.mark.parametrize("size", [10, 1000])
 def test_each_hosts_variables_are_read_once(size):
