@@ -1,7 +1,8 @@
 """The front (roles/front) by itself (TEST PLUMBING): templates/front.conf.j2 rendered with Jinja2 and the two
 Ansible filters it uses, and - for tests that need its behaviour but not the play around it - nginx with that
 configuration and the role's JavaScript, in a container of the Debian root the test setup cached
-(GPUSERVE_TEST_IMAGE_CACHE/gpuserve-front-*.tar, `docker import`ed once under its file's name).
+(GPUSERVE_TEST_IMAGE_CACHE/gpuserve-front-*.tar, `docker import`ed once under its file's name, its workers' user
+made by the role's own command, front_worker_add).
 The plays' fronts are tested through the role itself (test_host_play, test_service_play, molecule)."""
 import glob
 import hashlib
@@ -12,11 +13,24 @@ import urllib.error
 import urllib.request
 
 import jinja2
+import yaml
 
 from ansible_collections.gpuserve.llm.plugins.module_utils import engines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIENTS = {"alice": "sk-alice-0123456789abcdef", "ci.bot": "sk-ci-bot-0123456789abcdef"}
+
+
+def _front_vars():
+    """The front role's vars file (roles/front/vars/main.yml)."""
+    with open(os.path.join(ROOT, "roles", "front", "vars", "main.yml")) as f:
+        return yaml.safe_load(f)
+
+
+def worker_user_command():
+    """front_worker_add as the role renders it: the command that makes nginx's workers' user in the image."""
+    front = _front_vars()
+    return jinja2.Template(front["front_worker_add"]).render(**front)
 
 
 def render(**changes):
@@ -31,7 +45,8 @@ def render(**changes):
                    front_listen="0.0.0.0:8020", front_upstream="127.0.0.1:18020", front_health_path="/health",
                    front_routes=engines.PROFILES["vllm"]["front_routes"], llm_tls=False, front_media_item_mib=20,
                    front_media=engines.PROFILES["vllm"]["media_per_request"],
-                   front_media_why="vllm takes at most 4 images and 1 video a request", front_media_urls="data_only")
+                   front_media_why="vllm takes at most 4 images and 1 video a request", front_media_urls="data_only",
+                   front_worker_user=_front_vars()["front_worker_user"])
     context.update(changes)
     return template.render(**context)
 
@@ -44,9 +59,15 @@ class Front:
         assert roots, "no front root in GPUSERVE_TEST_IMAGE_CACHE: tests/run.sh's setup makes it"
         image = "gpuserve-test/front:" + os.path.basename(roots[-1])[len("gpuserve-front-"):-len(".tar")]
         self.docker = ["docker", "-H", docker_host]
+        # The root with nginx's workers' user made as the role's Dockerfile makes it, named by that command.
+        command = worker_user_command()
+        image += "-" + hashlib.sha256(command.encode()).hexdigest()[:8]
         if subprocess.run(self.docker + ["image", "inspect", image], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL, check=False).returncode:
-            subprocess.run(self.docker + ["import", roots[-1], image], check=True, stdout=subprocess.PIPE)
+            subprocess.run(self.docker + ["import", roots[-1], image + "-root"], check=True, stdout=subprocess.PIPE)
+            subprocess.run(self.docker + ["build", "--network", "host", "-t", image, "-"], check=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           input=("FROM %s-root\nRUN %s\n" % (image, command)).encode())
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "front.conf"), "w") as f:
             f.write(render(front_name=name, front_listen="127.0.0.1:%d" % port, front_upstream=upstream, **changes))

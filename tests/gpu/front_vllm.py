@@ -220,6 +220,7 @@ def render_front(settings):
     with open(os.path.join(ROOT, "templates", "front.conf.j2")) as f:
         template = env.from_string(f.read())
     ctx.update(front_name="gpuserve-llm-front", front_stage="service", front_clients=CLIENTS,
+               front_worker_user=load("roles/front/vars/main.yml")["front_worker_user"],
                front_listen="127.0.0.1:%d" % FRONT_PORT, front_upstream="127.0.0.1:%d" % ENGINE_PORT,
                front_health_path=engines.PROFILES["vllm"]["health"]["path"], front_routes=ROUTES)
     conf = template.render(**ctx)
@@ -228,6 +229,8 @@ def render_front(settings):
     temps = "".join("    %s_temp_path %s/%s;\n" % (kind, PREFIX, kind)
                     for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     changes = [("load_module /usr/lib/nginx/modules/ngx_http_js_module.so;", "load_module %s;" % module),
+               # The image's workers' user (front_worker_add) is not on this machine: nginx's default (nobody).
+               ("user %s;\n" % ctx["front_worker_user"], ""),
                ("pid /run/gpuserve-llm-front.pid;", "pid %s/front.pid;" % PREFIX),
                ("js_path /etc/gpuserve;", "js_path %s;" % PREFIX),
                ("http {\n", "http {\n    # Debian's nginx keeps these under /var/lib/nginx, which this machine lacks.\n" + temps)]

@@ -834,6 +834,14 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
         status = sh(docker_host, good, "docker exec %s cat /proc/1/status" % container).stdout
         assert capabilities(status, "CapEff") == capabilities(status, "CapBnd") == wanted, (container, status)
         assert re.search(r"^NoNewPrivs:\s+1$", status, re.M), (container, status)
+    # nginx's workers (the master's children) run as the fronts' own user, no other process's uid (nobody's).
+    with open(os.path.join(ROOT, "roles", "front", "vars", "main.yml")) as f:
+        worker_uid = yaml.safe_load(f)["front_worker_uid"]
+    for container in ("gpuserve-router-front", "gpuserve-llm-front"):
+        ids = sh(docker_host, good, "docker exec %s sh -c 'for s in /proc/[0-9]*/status; do "
+                                    "grep -E \"^(PPid|Uid):\" $s | tr \"\\n\" \" \"; echo; done'" % container).stdout
+        workers = set(int(u) for u in re.findall(r"PPid:\s+1\s+Uid:\s+(\d+)", ids))
+        assert workers == {worker_uid}, (container, ids)
 
     # The generated requests, through good's front and the fleet's, with a valid client key: judged by what
     # arrived - the router's own counters and workers, the engines' counters, the fronts' upstream logs.

@@ -501,7 +501,7 @@ def check(config):
     if published and read_json(published, None) != {"urls": record["workers"]}:
         try:
             write_json(published, {"urls": record["workers"]})
-            os.chmod(published, 0o644)  # nginx's workers (nobody) read it
+            os.chmod(published, 0o644)  # nginx's workers (not root) read it
         except OSError as e:  # the front's folder is not made yet
             say("could not publish the workers for the other router hosts: %s" % e)
     if restored:
