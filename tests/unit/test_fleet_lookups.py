@@ -59,7 +59,6 @@ def test_values_by_host_keeps_the_hosts_that_have_the_variable():
     assert list(values_by_host(FLEET, ["hub2", "hub1"], "weights_repos_key")) == ["hub2", "hub1"]
 
 
-
 def _groups(targets):
     return {(g["labels"]["job"], g["labels"]["gpuserve_host"]): g for g in targets}
 
@@ -94,6 +93,7 @@ def test_prometheus_targets_a_limited_run_keeps_the_hosts_it_left_out_and_drops_
 def test_prometheus_targets_a_file_of_another_format_is_rewritten_from_this_run_alone(previous):
     assert prometheus_targets({"gpu1": {}, "gpu2": {"llm_fleet_url": "http://b:2"}}, ["gpu1", "gpu2"], [], previous) == [
         {"targets": ["b:2"], "labels": {"job": "gpuserve-engines", "gpuserve_host": "gpu2", "gpuserve_api_key": "none"}}]
+
 
 @pytest.mark.parametrize("size", [10, 1000])
 def test_each_hosts_variables_are_read_once(size):
