@@ -13,13 +13,21 @@ __metaclass__ = type
 # variables are read once, so a play builds the result once (run_once) and every host reads its own entry.
 
 import json
+import os
 import re
 
 from collections.abc import Mapping
 
+import yaml
+
 from jinja2 import Undefined
 
 from ansible.errors import AnsibleUndefinedVariable
+from ansible.module_utils.parsing.convert_bool import boolean
+
+from ansible_collections.gpuserve.llm.plugins.module_utils import engines
+
+COLLECTION = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _MISSING = object()
 
@@ -129,7 +137,37 @@ def prometheus_targets(hostvars, engines, routers, previous=""):
     return out
 
 
+def _llm_defaults():
+    """The llm role's defaults as written: what a host whose inventory does not set llm_engine or llm_vision has
+    (role defaults are the same for every host, and hostvars does not hold them)."""
+    with open(os.path.join(COLLECTION, "roles", "llm", "defaults", "main.yml")) as f:
+        return yaml.safe_load(f)
+
+
+def fleet_media(hostvars, hosts):
+    """{'image': n, 'video': n}: the fewest of each kind that any of `hosts` takes in one request - its engine's
+    media_per_request with llm_vision, else none - read from each host's variables (the inventory's, extra
+    variables) or the llm role's defaults. The router may send a request to any of them, and SGLang and llama.cpp
+    count no media themselves: a host's own front does, and the router goes round it."""
+    defaults = _llm_defaults()
+    least = None
+    for host in hosts or []:
+        variables = _host_vars(hostvars, host)
+        if variables is None:
+            continue
+        engine = _value(variables, "llm_engine")
+        engine = defaults.get("llm_engine") if engine is _MISSING else engine
+        vision = _value(variables, "llm_vision")
+        vision = defaults.get("llm_vision") if vision is _MISSING else vision
+        if engine not in engines.PROFILES:
+            continue  # refused at its validation
+        takes = engines.PROFILES[engine]["media_per_request"] if boolean(vision, strict=False) else {}
+        takes = dict((kind, int(takes.get(kind, 0))) for kind in ("image", "video"))
+        least = takes if least is None else dict((k, min(least[k], takes[k])) for k in least)
+    return least or {"image": 0, "video": 0}
+
+
 class FilterModule(object):
     def filters(self):
-        return {"peers_by_key": peers_by_key, "prometheus_targets": prometheus_targets,
+        return {"fleet_media": fleet_media, "peers_by_key": peers_by_key, "prometheus_targets": prometheus_targets,
                 "values_by_host": values_by_host}

@@ -31,6 +31,7 @@ import collections
 import datetime
 import functools
 import hashlib
+import http.client
 import http.server
 import io
 import json
@@ -882,16 +883,21 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     assert call("POST", fronts[good] + "/v1/chat/completions", CI_KEY, big)[0] == 413
     assert _served(engines[good]) == served
     # The body check (front_media.js), as the role configures it: without llm_vision a host's front refuses any
-    # image before the engine sees it; the fleet's front counts what the fleet takes (front_fleet_media: 4).
+    # image before the engine sees it; the fleet's front takes the fewest any host takes (front_fleet_media): the
+    # router sends to the engines, not to their hosts' fronts.
     pictured = {"model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]}
     status, text = call("POST", fronts[good] + "/v1/chat/completions", CI_KEY, pictured)
     assert status == 400 and "1 image in one request: the model here is served without vision" in text, text
-    pictured["messages"][0]["content"] *= 5
     status, text = call("POST", front + "/v1/chat/completions", CI_KEY, pictured)
-    assert status == 400 and "5 images in one request: the fleet takes at most 4 images and 1 video a request" in text
+    assert status == 400 and "1 image in one request: the fleet's hosts take no images or video (llm_vision is off" \
+        in text, text
     assert _served(engines[good]) == served
     limited = [_status_and_retry(fronts[good] + "/v1/models", CI_KEY) for _request in range(80)]
+    # /health asks no key: a rate of its own for an address other than the host's (10/s, a burst of 20), polled
+    # here on one kept connection.
+    polled = _health_polls(lan["good"], ENGINE_PORTS["good"], 100)
+    assert polled[429] >= 10 and polled[200] >= 20 and set(polled) == {200, 429}, polled
     assert (429, "1") in limited and (200, None) in limited, collections.Counter(limited)
 
     # Client keys changed while a client streams through the fleet's front (issue 36): `new` added and `old`
@@ -940,8 +946,8 @@ def test_the_fleet_over_ssh_behind_one_router(bare_hosts, apt_repo, hub, docker_
     written = targets_file.read_text()
     back = fleet.run("--limit", good, "--tags", "front,router")
     assert back.rc == 0 and [call("GET", fronts[good] + "/v1/models", k)[0] for k in (OLD_KEY, CLIENT_KEY)] == [401, 200]
-    changed = set(task for task, body in re.findall(r"(?ms)^TASK \[([^\]]*)\][^\n]*\n(.*?)(?=^TASK \[|^PLAY |\Z)",
-                                                      back.output) if re.search(r"changed: \[%s[] ]" % re.escape(good), body))
+    tasks = re.findall(r"(?ms)^TASK \[([^\]]*)\][^\n]*\n(.*?)(?=^TASK \[|^PLAY |\Z)", back.output)
+    changed = set(task for task, body in tasks if re.search(r"changed: \[%s[] ]" % re.escape(good), body))
     assert changed and all(t.startswith("gpuserve.llm.front : ") for t in changed), changed
     assert targets_file.read_text() == written
     assert "vllm_router_" in routers.call("GET", ROUTER_METRICS, "/metrics")[1]
@@ -1286,6 +1292,21 @@ def _status_and_retry(url, key):
             return r.status, r.headers.get("Retry-After")
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("Retry-After")
+
+
+def _health_polls(address, port, count):
+    """{status: how many} of `count` GETs of a TLS front's /health sent one after another on one kept connection."""
+    conn = http.client.HTTPSConnection(address, port, timeout=30, context=tls_context())
+    try:
+        got = collections.Counter()
+        for _poll in range(count):
+            conn.request("GET", "/health")
+            answer = conn.getresponse()
+            answer.read()
+            got[answer.status] += 1
+        return got
+    finally:
+        conn.close()
 
 
 def _served(url):

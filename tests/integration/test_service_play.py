@@ -4,6 +4,7 @@ mounted read-only), a rerun changes nothing, a changed setting rolls to the othe
 image refused and the old container started again failing the gate too is E_ROLLBACK. The old container
 passing the gate, and stop / restart / remove through a whole life with secrets, are the SSH fleet's
 (test_host_play.py)."""
+import collections
 import datetime
 import ipaddress
 import json
@@ -315,7 +316,8 @@ class GetOnlyRoutes(BaseHTTPRequestHandler):
     seen = []
 
     def do_GET(self):  # noqa: N802 (http.server's name)
-        self.seen.append(("GET", self.path))
+        self.seen.append(("GET", self.path) + ((("body", self.headers["Content-Length"]),)
+                                               if self.headers["Content-Length"] else ()))
         body = b'{"object": "list", "data": [{"id": "tiny", "object": "model"}]}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -356,6 +358,29 @@ def test_head_on_a_get_route_is_answered_through_the_front_as_the_engine_answers
         assert get(front.url + "/v1/models", CLIENTS["alice"])["data"][0]["id"] == "tiny"
         assert GetOnlyRoutes.seen == [("GET", "/v1/models"), ("GET", "/health"), ("GET", "/v1/models")], \
             GetOnlyRoutes.seen
+        # /health, which asks no key, takes no body: a small one is not sent on, a larger one is 413 unread. Its
+        # rate per address (10/s, a burst of 20) spares the host's own loopback (the plays, keepalived's check).
+        del GetOnlyRoutes.seen[:]
+        statuses = []
+        for body in (b"x" * 100, b"x" * 4096):
+            try:
+                with urllib.request.urlopen(urllib.request.Request(front.url + "/health", data=body, method="GET"),
+                                            timeout=30) as r:
+                    statuses.append(r.status)
+            except urllib.error.HTTPError as e:
+                statuses.append(e.code)
+        assert statuses == [200, 413] and GetOnlyRoutes.seen == [("GET", "/health")], (statuses, GetOnlyRoutes.seen)
+        polled = collections.Counter()
+        for _poll in range(40):
+            with urllib.request.urlopen(front.url + "/health", timeout=30) as r:
+                polled[r.status] += 1
+        assert polled == {200: 40}, polled
+        # with the engine gone, the front's own 503 (not nginx's 502), there as on the routes
+        server.shutdown()
+        server.server_close()
+        with pytest.raises(urllib.error.HTTPError) as down:
+            urllib.request.urlopen(front.url + "/health", timeout=30)
+        assert down.value.code == 503 and "not answering" in down.value.read().decode()
     finally:
         front.stop()
         server.shutdown()

@@ -211,3 +211,35 @@ def test_the_image_groups_of_a_fleet_mixing_images(tmp_path):
     got = said(out.stdout)
     assert got["hub1"] == got["burnin"] == {"all": {"img:a": ["hub1", "hub2", "other"], "img:b": ["burnin"]},
                                             "have": {"img:a": ["hub2"], "img:b": ["burnin"]}}
+
+
+@pytest.mark.parametrize("fleet, extra, expected", [
+    ({"a": {}, "b": {}}, (), {"image": 4, "video": 1}),  # the llm role's defaults: vLLM, with vision
+    ({"a": {}, "b": {"llm_engine": "sglang"}}, (), {"image": 4, "video": 0}),
+    ({"a": {"llm_engine": "llamacpp"}, "b": {"llm_vision": "false"}}, (), {"image": 0, "video": 0}),
+    ({"a": {}, "b": {"llm_engine": "nonesuch"}}, (), {"image": 4, "video": 1}),  # refused at its own validation
+    ({"a": {}, "b": {}}, ("-e", "llm_vision=false"), {"image": 0, "video": 0}),
+])
+def test_the_fleets_front_lets_through_the_fewest_media_any_host_takes(tmp_path, fleet, extra, expected):
+    """The router sends to the engines, not to their hosts' fronts, and SGLang and llama.cpp count no media: the
+    fleet's front takes what the least of them takes, each host's engine and llm_vision from its inventory or the
+    llm role's defaults (hostvars has none), read on a host that sets its own."""
+    hosts = dict((h, dict(ansible_connection="local", ansible_python_interpreter=sys.executable, **v))
+                 for h, v in fleet.items())
+    hosts["router"] = dict(ansible_connection="local", ansible_python_interpreter=sys.executable, llm_engine="vllm",
+                           llm_vision=True)
+    inventory = {"all": {"hosts": hosts, "children": {"llm_hosts": {"hosts": dict((h, None) for h in fleet)}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    plays = [{"hosts": "router", "gather_facts": False, "tasks": [
+        {"name": "The front role's defaults", "ansible.builtin.include_vars": {
+            "file": os.path.join(ROOT, "roles", "front", "defaults", "main.yml")}},
+        say("front_fleet_media")]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(plays))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".collections"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_LOCALHOST_WARNING="0")
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+                          str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")] + list(extra),
+                         cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         check=False, timeout=300)
+    assert out.returncode == 0, out.stdout
+    assert said(out.stdout) == {"router": expected}

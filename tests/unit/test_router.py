@@ -236,6 +236,7 @@ class Router(object):
         import http.server
         import threading
         self.workers, self.health, self.calls, self.key, self.asked = list(workers), health, [], key, []
+        self.signing_key = None  # the key its list is signed with: `key` unless set (a stand-in that has no key)
         self.answering = {"/w1/", "/w2/"}  # the workers whose /health is 200
         router = self
 
@@ -257,7 +258,9 @@ class Router(object):
                     router.asked.append(self.headers.get("Authorization"))
                     known = router.key and self.headers.get("Authorization") == "Bearer " + hmac.new(
                         router.key.encode(), b"gpuserve.llm router peers", hashlib.sha256).hexdigest()
-                    return self._answer(200, {"urls": router.workers}) if known else self._answer(404, {})
+                    mac = hmac.new((router.signing_key or router.key).encode(), b"gpuserve.llm router workers\n"
+                                   + json.dumps(router.workers).encode(), hashlib.sha256).hexdigest() if known else ""
+                    return self._answer(200, {"urls": router.workers, "mac": mac}) if known else self._answer(404, {})
                 if self.path.endswith("/health"):  # the front's, and the workers' (healthy: router.answering)
                     worker = 200 if self.path.startswith(tuple(router.answering)) else 503
                     return self._answer(router.health if self.path == "/health" else worker, {})
@@ -563,7 +566,7 @@ def test_a_router_host_that_returns_serves_the_workers_its_peer_serves_not_only_
     config["published"] = str(state / "router-workers.json")  # in the front's folder: what the peers are given
     (state / "check.json").write_text(json.dumps(config))
     assert check(state)[0] == 0  # recorded: w1 and w3, and published for the other router hosts
-    assert json.loads((state / "router-workers.json").read_text()) == {"urls": [w1, w3]}
+    assert json.loads((state / "router-workers.json").read_text()) == {"urls": [w1, w3]}  # no key: not signed
     assert (state / "router-workers.json").stat().st_mode & 0o777 == 0o644
     # While this host was down the plays added w2 and took w3 out (its engine still answers): the peer serves
     # w1 and w2. The host comes back: its router starts with what it had, its check asks the peer's front.
@@ -584,7 +587,23 @@ def test_a_router_host_that_returns_serves_the_workers_its_peer_serves_not_only_
         assert json.loads((state / "evicted.json").read_text()) == []  # w3, noted before, is out of the fleet
         assert json.loads((state / "workers.json").read_text())["workers"] == [w1, w2]
         assert check(state)[0] == 0  # then it may hold the address
-        assert json.loads((state / "router-workers.json").read_text()) == {"urls": [w1, w2]}
+        # published signed under the internal key now that there is one: what this host's peers check
+        listed = json.loads((state / "router-workers.json").read_text())
+        mac = hmac.new(b"sk-internal-0123456789", b"gpuserve.llm router workers\n" + json.dumps([w1, w2]).encode(),
+                       hashlib.sha256).hexdigest()
+        assert listed == {"urls": [w1, w2], "mac": mac}
+        # Something answering at a peer's address with the peers' token (it learnt it from this host's asking) but
+        # not the key: its list, a worker of its own among them, is not taken; the record here is.
+        foreign = router.url + "/foreign/"
+        peer.workers, peer.signing_key = [w1, foreign], "sk-guessed"
+        router.answering.add("/foreign/")  # it answers /health: taken, it would be a worker
+        (state / "gpuserve-router").write_text("running 2026-12-04T09:20:00Z\n")
+        router.workers = [w3]
+        code, said = check(state)
+        assert code == 1 and "is not signed with the internal key: not taken" in said, said
+        assert "as recorded here: no other router host answered" in said and sorted(router.workers) == [w1, w2], said
+        assert foreign not in router.workers
+        peer.workers, peer.signing_key = [w1, w2], None
         # A peer that does not know the key (or none that answers): the record here, said so.
         peer.key = "sk-another"
         (state / "gpuserve-router").write_text("running 2026-12-04T09:30:00Z\n")

@@ -128,6 +128,7 @@ for path in sorted(glob.glob(os.path.join(root, "roles", "*", "defaults", "main.
     with open(path) as f:
         defaults.update(trusted(yaml.safe_load(f) or {}))
 scope = dict(defaults, inventory_hostname="gpu-host-1", group_names=["llm_hosts"],
+             groups={"all": ["gpu-host-1"], "llm_hosts": ["gpu-host-1"]}, hostvars={"gpu-host-1": {}},
              role_path=os.path.join(root, "roles", "image"))
 out = []
 for given in json.load(sys.stdin):

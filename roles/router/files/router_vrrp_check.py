@@ -14,7 +14,8 @@ written by the router role) as its argument. In order:
    recorded anew: the router play marks the one it replaces (`replacing`), and nothing is recorded from it;
 4. put back the workers noted (below) that answer again;
 5. record the router's workers and the noted ones (the record a router started again is given back), and
-   publish them (`published`, in the front's folder) for the other router hosts' checks;
+   publish them (`published`, in the front's folder) for the other router hosts' checks, with an HMAC under the
+   internal key that a peer checks before it takes them;
 6. the front's /health (the router ready with at least one worker): 200 or give the address up.
 With `master` after the configuration (keepalived's notify_master, when this host takes the address): take out
 of the router every worker whose host takes no TCP connection within CONNECT_TIMEOUT, and note them in
@@ -48,6 +49,7 @@ import urllib.parse
 CONNECT_TIMEOUT = 0.5
 HEALTH_TIMEOUT = 5  # a noted worker that takes connections again: its /health, before it is put back
 PEERS = b"gpuserve.llm router peers"  # the HMAC's message, as in the front's front_auth.js
+LISTED = b"gpuserve.llm router workers\n"  # the published list's HMAC: this, then the URLs as JSON
 # A mark of the plays' replacing the router older than this is a run that ended before it started the new one.
 MARK_SECS = 900
 DOUBTS = 3  # checks in a row that cannot tell before the address is given up (about 3 s at one a second)
@@ -356,20 +358,48 @@ def readmit(config, have):
     return left, put
 
 
+def internal_key(config):
+    """The internal key (llm_api_key) from key_file, or '' where there is none."""
+    try:
+        with open(config.get("key_file") or "") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def signed(key, urls):
+    """The published list: the URLs and their HMAC under the internal key, which a peer checks before it takes
+    them (whoever answers at a peer's address holds the peers' token, not the key)."""
+    listed = {"urls": urls}
+    if key:
+        import hashlib  # pylint: disable=import-outside-toplevel
+        import hmac  # pylint: disable=import-outside-toplevel
+        listed["mac"] = hmac.new(key.encode(), LISTED + json.dumps(urls).encode(), hashlib.sha256).hexdigest()
+    return listed
+
+
+def published_already(config, urls):
+    """Whether the published list holds these URLs, signed under the key as it is now (hashlib and hmac, ~4 ms of
+    a check's start, are imported only to sign anew)."""
+    was = read_json(config["published"], None)
+    try:
+        fresh = os.stat(config["published"]).st_mtime >= os.stat(config.get("key_file") or "").st_mtime
+    except OSError:  # no list yet (read_json said None), or no key file: nothing it could be older than
+        fresh = True
+    return isinstance(was, dict) and was.get("urls") == urls and fresh and ("mac" in was) == bool(internal_key(config))
+
+
 def peers_workers(config):
     """The workers the other router hosts serve and have noted (their fronts' /gpuserve/router-workers, with the
     internal key), all of them together; None when no peer answers (or there is no peer or no key)."""
-    try:
-        with open(config.get("key_file") or "") as f:
-            key = f.read().strip()
-    except OSError:
-        key = ""
+    key = internal_key(config)
     peers = config.get("peers") or []
     if not key or not peers:
         return None
     urls = [config["peer_url"].format("[%s]" % p if ":" in p else p) for p in peers]
     # the peers' token (front_auth.js's peer()), not the internal key: whoever answers at a peer's address
-    # learns a token that reads the worker list, nothing more
+    # learns a token that reads the worker list, and cannot sign one (a list of its own would send the clients'
+    # requests, and the internal key with them, wherever it names)
     import hashlib  # pylint: disable=import-outside-toplevel
     import hmac  # pylint: disable=import-outside-toplevel
     token = hmac.new(key.encode(), PEERS, hashlib.sha256).hexdigest()
@@ -377,8 +407,14 @@ def peers_workers(config):
     def listed(url):
         try:
             status, text = ask(url, context=tls_context(config), headers={"Authorization": "Bearer " + token})
-            return sorted(json.loads(text)["urls"]) if status == 200 else None
-        except (OSError, ValueError, KeyError, TypeError):
+            got = json.loads(text) if status == 200 else {}
+            if not isinstance(got.get("urls"), list) or not all(isinstance(u, str) for u in got["urls"]):
+                return None
+            if not hmac.compare_digest(str(got.get("mac", "")), signed(key, got["urls"])["mac"]):
+                say("a list of workers at %s is not signed with the internal key: not taken" % url)
+                return None
+            return sorted(got["urls"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
     lists = [got for got in at_once(urls, listed).values() if got is not None]
     return sorted(set().union(*lists)) if lists else None
@@ -498,9 +534,9 @@ def check(config):
     if record != recorded and "replacing" not in (read_json(record_path, None) or {}) or replacing:
         write_json(record_path, record)
     published = config.get("published")
-    if published and read_json(published, None) != {"urls": record["workers"]}:
+    if published and not published_already(config, record["workers"]):
         try:
-            write_json(published, {"urls": record["workers"]})
+            write_json(published, signed(internal_key(config), record["workers"]))
             os.chmod(published, 0o644)  # nginx's workers (not root) read it
         except OSError as e:  # the front's folder is not made yet
             say("could not publish the workers for the other router hosts: %s" % e)
