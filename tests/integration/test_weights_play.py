@@ -295,6 +295,13 @@ def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(request, timeout=30)
             assert refused.value.code == 400 and says in refused.value.read().decode(), says
+        # vLLM 0.26.0 reads a part with a uuid by its keys, whatever its type (_parse_chat_message_content_mm_part):
+        # the front counts and checks such a part as the image vLLM would read
+        with pytest.raises(EndpointError) as refused:
+            fronted.chat([{"role": "user", "content": [{"type": "text", "text": "", "uuid": "u",
+                                                         "image_url": {"url": "file:///etc/passwd.png"}}]}], max_tokens=8)
+        assert refused.value.status == 400 and "messages[0].content[0].image_url.url is neither a data: URL nor an " \
+            "http(s) URL" in str(refused.value), str(refused.value)
         # deeper than njs reads but no media in it (a deep schema): it goes on unread, and is served
         assert fronted.chat([{"role": "user", "content": "Say hello."}], temperature=0, max_tokens=8,
                             metadata={"deep": json.loads(deep)})[0]["choices"][0]["finish_reason"]

@@ -12,7 +12,11 @@ var fs = require('fs');
 // Content parts by their "type", and by their key where a part has no type (vLLM reads both). Audio is
 // checked for its size, not counted.
 var KINDS = {image_url: 'image', input_image: 'image', image_pil: 'image', image_embeds: 'image',
-             video_url: 'video', input_video: 'video', audio_url: 'audio', input_audio: 'audio'};
+             video_url: 'video', input_video: 'video', audio_url: 'audio', input_audio: 'audio', audio_embeds: 'audio'};
+// The keys in the order vLLM 0.26.0 reads them where a part has no type or has a uuid (whatever its type then:
+// _parse_chat_message_content_mm_part), the Responses API's input_image and input_video after.
+var KEY_ORDER = ['image_url', 'image_pil', 'image_embeds', 'audio_embeds', 'audio_url', 'input_audio', 'video_url',
+                 'input_image', 'input_video'];
 
 function refuse(r, message) {
     r.variables.gpuserve_path = '';
@@ -162,12 +166,12 @@ function kindOf(part) {
     if (part === null || typeof part !== 'object' || Array.isArray(part)) {
         return null;
     }
-    if (typeof part.type === 'string') {
+    if (typeof part.type === 'string' && (part.uuid === undefined || part.uuid === null)) {
         return KINDS[part.type] || null;
     }
-    for (var key in KINDS) {
-        if (part[key] !== undefined) {
-            return KINDS[key];
+    for (var i = 0; i < KEY_ORDER.length; i++) {
+        if (part[KEY_ORDER[i]] !== undefined) {
+            return KINDS[KEY_ORDER[i]];
         }
     }
     return null;
