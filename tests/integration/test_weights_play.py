@@ -297,9 +297,9 @@ def test_the_dummy_gguf_serves_every_burn_in_check_on_llama_server(made, docker_
             assert refused.value.code == 400 and says in refused.value.read().decode(), says
         # vLLM 0.26.0 reads a part with a uuid by its keys, whatever its type (_parse_chat_message_content_mm_part):
         # the front counts and checks such a part as the image vLLM would read
+        uuid_part = {"type": "text", "text": "", "uuid": "u", "image_url": {"url": "file:///etc/passwd.png"}}
         with pytest.raises(EndpointError) as refused:
-            fronted.chat([{"role": "user", "content": [{"type": "text", "text": "", "uuid": "u",
-                                                         "image_url": {"url": "file:///etc/passwd.png"}}]}], max_tokens=8)
+            fronted.chat([{"role": "user", "content": [uuid_part]}], max_tokens=8)
         assert refused.value.status == 400 and "messages[0].content[0].image_url.url is neither a data: URL nor an " \
             "http(s) URL" in str(refused.value), str(refused.value)
         # deeper than njs reads but no media in it (a deep schema): it goes on unread, and is served
