@@ -12,6 +12,7 @@ __metaclass__ = type
 # source or engine, a stage it skipped, a host that failed earlier) is left out, never an error; each host's
 # variables are read once, so a play builds the result once (run_once) and every host reads its own entry.
 
+import functools
 import json
 import os
 import re
@@ -137,9 +138,10 @@ def prometheus_targets(hostvars, engines, routers, previous=""):
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def _llm_defaults():
-    """The llm role's defaults as written: what a host whose inventory does not set llm_engine or llm_vision has
-    (role defaults are the same for every host, and hostvars does not hold them)."""
+    """The llm role's defaults as written, read once: what a host whose inventory does not set llm_engine or
+    llm_vision has (role defaults are the same for every host, and hostvars does not hold them)."""
     with open(os.path.join(COLLECTION, "roles", "llm", "defaults", "main.yml")) as f:
         return yaml.safe_load(f)
 

@@ -378,7 +378,7 @@ def signed(key, urls):
     return listed
 
 
-def published_already(config, urls):
+def published_already(config, urls, key):
     """Whether the published list holds these URLs, signed under the key as it is now (hashlib and hmac, ~4 ms of
     a check's start, are imported only to sign anew)."""
     was = read_json(config["published"], None)
@@ -386,7 +386,7 @@ def published_already(config, urls):
         fresh = os.stat(config["published"]).st_mtime >= os.stat(config.get("key_file") or "").st_mtime
     except OSError:  # no list yet (read_json said None), or no key file: nothing it could be older than
         fresh = True
-    return isinstance(was, dict) and was.get("urls") == urls and fresh and ("mac" in was) == bool(internal_key(config))
+    return isinstance(was, dict) and was.get("urls") == urls and fresh and ("mac" in was) == bool(key)
 
 
 def peers_workers(config):
@@ -534,9 +534,10 @@ def check(config):
     if record != recorded and "replacing" not in (read_json(record_path, None) or {}) or replacing:
         write_json(record_path, record)
     published = config.get("published")
-    if published and not published_already(config, record["workers"]):
+    key = internal_key(config) if published else ""
+    if published and not published_already(config, record["workers"], key):
         try:
-            write_json(published, signed(internal_key(config), record["workers"]))
+            write_json(published, signed(key, record["workers"]))
             os.chmod(published, 0o644)  # nginx's workers (not root) read it
         except OSError as e:  # the front's folder is not made yet
             say("could not publish the workers for the other router hosts: %s" % e)
