@@ -122,6 +122,10 @@ IMAGES = {"hub1": ("img:a", False), "burnin": ("img:b", True), "hub2": ("img:a",
 
 def run_play(tmp_path, plays, hostvars=None, extra=()):
     inventory = {"all": {"hosts": dict((h, dict(COMMON, **v, **(hostvars or {}).get(h, {}))) for h, v in HOSTS.items())}}
+    return run_playbook(tmp_path, inventory, plays, extra)
+
+
+def run_playbook(tmp_path, inventory, plays, extra=()):
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(yaml.safe_dump(plays))
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".collections"), ANSIBLE_NOCOLOR="1",
@@ -229,17 +233,10 @@ def test_the_fleets_front_lets_through_the_fewest_media_any_host_takes(tmp_path,
     hosts["router"] = dict(ansible_connection="local", ansible_python_interpreter=sys.executable, llm_engine="vllm",
                            llm_vision=True)
     inventory = {"all": {"hosts": hosts, "children": {"llm_hosts": {"hosts": dict((h, None) for h in fleet)}}}}
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     plays = [{"hosts": "router", "gather_facts": False, "tasks": [
         {"name": "The front role's defaults", "ansible.builtin.include_vars": {
             "file": os.path.join(ROOT, "roles", "front", "defaults", "main.yml")}},
         say("front_fleet_media")]}]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(plays))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".collections"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_LOCALHOST_WARNING="0")
-    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
-                          str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")] + list(extra),
-                         cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         check=False, timeout=300)
+    out = run_playbook(tmp_path, inventory, plays, extra)
     assert out.returncode == 0, out.stdout
     assert said(out.stdout) == {"router": expected}
